@@ -1,0 +1,1 @@
+"""Shipped scheduler presets (YAML); ships inside the wheel as `tune_runner.schedulers`."""

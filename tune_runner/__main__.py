@@ -1,0 +1,3 @@
+from tune_runner.cli import entry_point
+
+entry_point()

@@ -1,0 +1,116 @@
+"""Pick the best trial of a finished (or running) experiment with Ray Tune's ExperimentAnalysis."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tune_runner import paths
+from tune_runner.errors import UserError, unknown_name
+
+SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
+
+
+@dataclass(frozen=True)
+class Best:
+    """The selected trial: its id, config, score under the scope, and last result."""
+
+    trial_id: str
+    config: dict
+    value: float
+    metric: str
+    mode: str
+    scope: str
+    last_result: dict
+    trial_path: str
+
+
+def parse_scope(scope: str) -> int | None:
+    """None for `last` and `max`; N for `avg-last-N`. Anything else is a UserError."""
+    if scope in ("last", "max"):
+        return None
+    match = re.fullmatch(r"avg-last-(\d+)", scope)
+    if not match or int(match.group(1)) < 1:
+        raise UserError(f"--scope {scope}: expected {SCOPE_HELP}")
+    return int(match.group(1))
+
+
+def experiment_path(ref: str, *, storage: Path | None = None) -> Path:
+    """An experiment folder from a path or a name under the storage folder."""
+    candidate = Path(ref).expanduser()
+    if candidate.is_dir():
+        return candidate.resolve()
+    root = storage or paths.default_storage()
+    if (root / ref).is_dir():
+        return (root / ref).resolve()
+    known = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    if not known:
+        raise UserError(f"experiment {ref!r}: no such folder, and {root} holds no experiments")
+    raise UserError(f"experiment {ref!r}: {unknown_name('experiment', ref, known)} in {root}")
+
+
+def load(path: Path) -> Any:
+    """ExperimentAnalysis over an experiment folder (no Ray session needed)."""
+    from ray.tune import ExperimentAnalysis
+
+    if not any(path.glob("experiment_state-*.json")):
+        raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
+    return ExperimentAnalysis(str(path))
+
+
+def score(history: Any, *, metric: str, mode: str, scope: str) -> float:
+    """A trial's score from its progress dataframe: last, best (`max`) or mean of the last N."""
+    if history is None or metric not in getattr(history, "columns", ()):
+        return math.nan
+    values = [float(v) for v in history[metric].tolist() if v is not None and math.isfinite(float(v))]
+    if not values:
+        return math.nan
+    window = parse_scope(scope)
+    if scope == "last":
+        return values[-1]
+    if scope == "max":
+        return max(values) if mode == "max" else min(values)
+    tail = values[-window:]
+    return sum(tail) / len(tail)
+
+
+def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last") -> Best:
+    """The best trial under `scope`; Ray's own selection where it has that scope."""
+    window = parse_scope(scope)
+    ray_scope = {"last": "last", "max": "all"}.get(scope) or (f"last-{window}-avg" if window in (5, 10) else None)
+    frames = analysis.trial_dataframes
+    trials = [t for t in analysis.trials if metric in (t.last_result or {})]
+    if not trials:
+        reported = sorted({k for t in analysis.trials for k in (t.last_result or {})})
+        raise UserError(f"--metric {metric}: no trial reported it; "
+                        f"{unknown_name('metric', metric, reported) if reported else 'no results yet'}")
+    scores = {t.trial_id: score(frames.get(t.trial_id), metric=metric, mode=mode, scope=scope) for t in trials}
+    if ray_scope:
+        chosen = analysis.get_best_trial(metric=metric, mode=mode, scope=ray_scope, filter_nan_and_inf=True)
+    else:
+        finite = [t for t in trials if math.isfinite(scores[t.trial_id])]
+        pick = max if mode == "max" else min
+        chosen = pick(finite, key=lambda t: scores[t.trial_id]) if finite else None
+    if chosen is None:
+        raise UserError(f"--metric {metric}: every trial's value is NaN or infinite; nothing to select")
+    return Best(trial_id=chosen.trial_id, config=dict(chosen.config), value=scores[chosen.trial_id],
+                metric=metric, mode=mode, scope=scope, last_result=dict(chosen.last_result or {}),
+                trial_path=str(chosen.path))
+
+
+def statuses(analysis: Any, *, budget: int) -> Counter:
+    """Trials counted as done / stopped early / errored / other."""
+    counts: Counter = Counter()
+    for trial in analysis.trials:
+        if trial.status == "ERROR":
+            counts["errored"] += 1
+        elif trial.status == "TERMINATED":
+            steps = (trial.last_result or {}).get("env_steps", 0)
+            counts["done" if steps >= budget else "stopped early"] += 1
+        else:
+            counts[trial.status.lower()] += 1
+    return counts

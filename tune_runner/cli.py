@@ -1,0 +1,244 @@
+"""`tune-rl`: search, spaces, schedulers, best, train.
+
+Heavy imports (Ray, RLlib, MLflow) happen inside the command that needs them, so
+`tune-rl --help` and bad-input errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from tune_runner import __version__
+from tune_runner.errors import ExitStatus, UserError, closest
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, with a did-you-mean for misspelled flags.
+
+    Abbreviated flags are off: `--spac` must not silently mean `--space`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if "unrecognized arguments:" in message:
+            words = message.split(":", 1)[1].split()
+            flags = [o for a in self._actions for o in a.option_strings]
+            near = closest(words[0].split("=")[0], flags) if words else None
+            if near:
+                message += f"; did you mean {near}?"
+        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _storage(value: str) -> Path:
+    return Path(value).expanduser().resolve()
+
+
+def _common_run_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a fixed value, the budget (budget=50000) or env_config.KEY; repeatable")
+    parser.add_argument("--name", help="experiment name (default: <space>-<timestamp>)")
+    parser.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
+    parser.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = Parser(prog="tune-rl", description="Hyperparameter search for reinforcement learning on Ray Tune.")
+    parser.add_argument("--version", action="version", version=f"tune-rl {__version__}")
+    parser.add_argument("--traceback", action="store_true", help="show the full stack on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    search = sub.add_parser("search", help="run a search over a space")
+    search.add_argument("--space", required=True, help="a shipped space name (tune-rl spaces list) or a YAML path")
+    search.add_argument("--num-samples", type=int, help="number of trials")
+    search.add_argument("--searcher", help="search algorithm (random, optuna)")
+    search.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
+    search.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
+    search.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
+    _common_run_flags(search)
+
+    spaces = sub.add_parser("spaces", help="list or show the shipped search spaces")
+    spaces_sub = spaces.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
+    spaces_sub.add_parser("list", help="shipped spaces with their descriptions")
+    show = spaces_sub.add_parser("show", help="print a space file")
+    show.add_argument("space", help="a space name or a YAML path")
+
+    scheds = sub.add_parser("schedulers", help="list the scheduler presets")
+    scheds_sub = scheds.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
+    scheds_sub.add_parser("list", help="presets with their descriptions")
+
+    best = sub.add_parser("best", help="select the best trial of an experiment and export it")
+    best.add_argument("experiment", help="an experiment name (under --storage) or folder path")
+    best.add_argument("--metric", help="metric to rank by (default: the space's metric)")
+    best.add_argument("--mode", choices=("max", "min"), help="max or min (default: the space's mode)")
+    best.add_argument("--scope", default="last", help="last | max | avg-last-N (default: last)")
+    best.add_argument("--export", type=Path, metavar="FILE", help="write the best config bundle to FILE (YAML)")
+    best.add_argument("--json", action="store_true", help="print the best config as JSON on stdout")
+    best.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+
+    train = sub.add_parser("train", help="one training run of an exported config (no search)")
+    train.add_argument("--config", required=True, type=Path, help="a file written by tune-rl best --export")
+    train.add_argument("--budget", type=int, help="env steps (default: the export's budget)")
+    _common_run_flags(train)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit status (the console script exits with it)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = "--traceback" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if not args.command:
+            build_parser().print_help(out)
+            return ExitStatus.BAD_INPUT
+        return int(COMMANDS[args.command](args, out))
+    except UserError as exc:
+        if show_traceback:
+            raise
+        print(f"tune-rl: {exc}", file=err)
+        return int(exc.exit_status)
+    except KeyboardInterrupt:
+        print("tune-rl: interrupted", file=err)
+        return ExitStatus.INTERRUPTED
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
+    except Exception as exc:  # noqa: BLE001 - one line unless --traceback
+        if show_traceback:
+            raise
+        print(f"tune-rl: unexpected error: {type(exc).__name__}: {exc} (rerun with --traceback)", file=err)
+        return ExitStatus.ERROR
+
+
+def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
+    from tune_runner import paths
+    from tune_runner.runner import RunOptions
+
+    return RunOptions(storage=args.storage or paths.default_storage(),
+                      mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
+                      verbose=args.verbose, num_cpus=args.num_cpus, **extra)
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise UserError(f"{flag} {value}: must be a positive integer")
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import runner
+    from tune_runner.spec import Component, load_spec
+
+    for flag in ("num_samples", "max_concurrent", "num_cpus"):
+        _positive("--" + flag.replace("_", "-"), getattr(args, flag))
+    spec = load_spec(args.space, overrides=args.overrides)
+    changes: dict[str, Any] = {}
+    if args.num_samples:
+        changes["num_samples"] = args.num_samples
+    if args.max_concurrent:
+        changes["max_concurrent"] = args.max_concurrent
+    if args.searcher:
+        changes["searcher"] = Component(args.searcher)
+    if args.scheduler:
+        changes["scheduler"] = Component(args.scheduler)
+    spec = spec.with_overrides(**changes)
+    outcome = runner.run(spec, _run_options(args, export=not args.no_export), out=out)
+    return outcome.exit_status
+
+
+def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import export, runner
+    from tune_runner.spec import parse_override
+
+    _positive("--budget", args.budget)
+    _positive("--num-cpus", args.num_cpus)
+    overrides = dict(parse_override(item) for item in args.overrides)
+    spec = export.load(args.config, overrides=overrides)
+    if args.budget:
+        spec = spec.with_overrides(budget_env_steps=args.budget)
+    outcome = runner.run(spec, _run_options(args, export=False), out=out, suffix="train")
+    return outcome.exit_status
+
+
+def cmd_spaces(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner.spec import read_yaml, resolve_space, shipped_spaces
+
+    if args.action == "list":
+        spaces = shipped_spaces()
+        width = max(map(len, spaces), default=0)
+        for name, path in spaces.items():
+            raw = read_yaml(path)
+            description = raw.get("description", "") if isinstance(raw, dict) else ""
+            print(f"{name:<{width}}  {description}", file=out)
+        return ExitStatus.OK
+    path = resolve_space(args.space)
+    print(f"# {path}", file=out)
+    print(path.read_text().rstrip(), file=out)
+    return ExitStatus.OK
+
+
+def cmd_schedulers(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner.schedulers import presets
+
+    shipped = presets()
+    width = max(map(len, shipped), default=0)
+    for name, preset in shipped.items():
+        settings = " ".join(f"{k}={v}" for k, v in preset.settings.items())
+        print(f"{name:<{width}}  {preset.description}" + (f"  [{settings}]" if settings else ""), file=out)
+    return ExitStatus.OK
+
+
+def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import analysis, export
+    from tune_runner.progress import fmt_config, fmt_value
+    from tune_runner.spec import build_spec, read_yaml
+
+    analysis.parse_scope(args.scope)
+    path = analysis.experiment_path(args.experiment, storage=args.storage)
+    spec_file = path / "tune_rl_spec.yaml"
+    if not spec_file.is_file():
+        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
+    raw = read_yaml(spec_file)
+    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
+    metric, mode = args.metric or spec.metric, args.mode or spec.mode
+    best = analysis.best_trial(analysis.load(path), metric=metric, mode=mode, scope=args.scope)
+    if args.json:
+        config = {k: v for k, v in best.config.items() if k not in export.ENV_KEYS}
+        print(json.dumps(config, sort_keys=True, default=str), file=out)
+    else:
+        shown = tuple(k for k in best.config if k not in export.ENV_KEYS)
+        print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({args.scope}, {mode})", file=out)
+        print(f"config     {fmt_config(best.config, shown)}", file=out)
+    if args.export:
+        written = export.write(export.bundle(spec, best, experiment=path.name), args.export)
+        print(f"exported   {written}", file=err_or_out(args, out))
+    return ExitStatus.OK
+
+
+def err_or_out(args: argparse.Namespace, out: TextIO) -> TextIO:
+    """With --json, stdout carries only the JSON; other lines go to stderr."""
+    return sys.stderr if args.json else out
+
+
+def _spec_fields(raw: dict) -> dict:
+    """A saved spec (ExperimentSpec.as_dict) back into space-file form."""
+    fields = {k: v for k, v in raw.items() if k not in ("name", "source", "source_sha256")}
+    return fields
+
+
+COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
+            "best": cmd_best}
+
+
+def entry_point() -> None:
+    """The `tune-rl` console script."""
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The exported best config: a YAML bundle that `tune-rl train --config` runs again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_runner.analysis import Best
+from tune_runner.errors import UserError
+from tune_runner.spec import Component, ExperimentSpec, read_yaml
+
+FORMAT = 1
+KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
+        "config", "result", "source")
+ENV_KEYS = ("env", "env_config")
+
+
+def bundle(spec: ExperimentSpec, best: Best, *, experiment: str) -> dict[str, Any]:
+    """The exported mapping: what to run (trainable, env, resolved config) and where it came from."""
+    config = {k: v for k, v in best.config.items() if k not in ENV_KEYS}
+    result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
+              if k in best.last_result}
+    return {
+        "tune_rl_format": FORMAT,
+        "description": f"best trial of {experiment} ({spec.name})",
+        "trainable": spec.trainable,
+        "env": best.config.get("env", spec.env),
+        "env_config": best.config.get("env_config", spec.env_config) or {},
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "budget": {"env_steps": spec.budget_env_steps},
+        "config": _plain(config),
+        "result": _plain({**result, "score": best.value, "scope": best.scope}),
+        "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
+                   "space_file": spec.source, "space_sha256": spec.source_sha256},
+    }
+
+
+def write(data: dict[str, Any], path: Path) -> Path:
+    """Write the bundle atomically (a crash leaves no half-written file)."""
+    path = path.expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    tmp.replace(path)
+    return path
+
+
+def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
+    """An exported bundle as a one-trial spec: every value fixed, nothing searched."""
+    raw = read_yaml(path)
+    where = str(path)
+    if not isinstance(raw, dict) or "tune_rl_format" not in raw:
+        raise UserError(f"{where}: not a tune-rl best-config export (no tune_rl_format key); "
+                        f"create one with tune-rl best EXPERIMENT --export FILE")
+    for key in raw:
+        if key not in KEYS:
+            raise UserError(f"{where}: {key}: unknown key in a best-config export")
+    for key in ("trainable", "env", "config", "budget"):
+        if key not in raw:
+            raise UserError(f"{where}: {key}: missing")
+    config = raw["config"]
+    if not isinstance(config, dict):
+        raise UserError(f"{where}: config: expected a mapping, got {config!r}")
+    budget = raw["budget"].get("env_steps") if isinstance(raw["budget"], dict) else None
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise UserError(f"{where}: budget.env_steps: expected a positive integer, got {budget!r}")
+    fixed = {**config, **(overrides or {})}
+    source = raw.get("source") or {}
+    return ExperimentSpec(
+        name=str(source.get("space") or path.stem), source=where, description=str(raw.get("description", "")),
+        trainable=str(raw["trainable"]), env=str(raw["env"]), env_config=dict(raw.get("env_config") or {}),
+        metric=str(raw.get("metric", "episode_return_mean")), mode=str(raw.get("mode", "max")),
+        budget_env_steps=budget, searcher=Component("random"), scheduler=Component("fifo"),
+        num_samples=1, max_concurrent=None, fixed=fixed, space=())
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe plain data: tuples → lists, numpy scalars → Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    return value

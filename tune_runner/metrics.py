@@ -1,0 +1,59 @@
+"""Our metric names, the same for every trainable, mapped from each backend in one place."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+# Our name -> path in RLlib's (new API stack) nested result dict.
+RLLIB_METRICS: dict[str, str] = {
+    "episode_return_mean": "env_runners/episode_return_mean",
+    "episode_return_max": "env_runners/episode_return_max",
+    "episode_return_min": "env_runners/episode_return_min",
+    "episode_len_mean": "env_runners/episode_len_mean",
+    "env_steps": "num_env_steps_sampled_lifetime",
+    "episodes": "env_runners/num_episodes_lifetime",
+    "policy_loss": "learners/default_policy/policy_loss",
+    "vf_loss": "learners/default_policy/vf_loss",
+    "vf_explained_var": "learners/default_policy/vf_explained_var",
+    "entropy": "learners/default_policy/entropy",
+    "kl": "learners/default_policy/mean_kl_loss",
+    "total_loss": "learners/default_policy/total_loss",
+    "qf_loss": "learners/default_policy/qf_loss",
+    "td_error_mean": "learners/default_policy/td_error_mean",
+    "lr": "learners/default_policy/default_optimizer_learning_rate",
+}
+
+# Always present in what our trainables report (the budget and schedulers count env steps).
+REQUIRED = ("episode_return_mean", "env_steps")
+
+
+def lookup(result: Mapping[str, Any], path: str) -> Any:
+    """`a/b/c` in a nested dict, or None."""
+    node: Any = result
+    for part in path.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def from_rllib(result: Mapping[str, Any], *, previous: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Our metrics from one RLlib `Algorithm.train()` result.
+
+    A metric RLlib did not report this iteration is left out, except the return, which
+    keeps its previous value (NaN before the first finished episode) so schedulers
+    always see it. `sps` is env steps per second of this iteration.
+    """
+    previous = previous or {}
+    out: dict[str, float] = {}
+    for name, path in RLLIB_METRICS.items():
+        value = lookup(result, path)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    out.setdefault("episode_return_mean", previous.get("episode_return_mean", math.nan))
+    out["env_steps"] = int(out.get("env_steps", previous.get("env_steps", 0)))
+    seconds = lookup(result, "time_this_iter_s")
+    if isinstance(seconds, (int, float)) and seconds > 0:
+        out["sps"] = (out["env_steps"] - previous.get("env_steps", 0)) / seconds
+    return out

@@ -1,0 +1,81 @@
+"""The live view: one compact line per trial event, never a config dump.
+
+    [00:41] a1b2c_00003 started     lr=1.2e-03 num_epochs=7
+    [01:02] a1b2c_00003 50%         return 212.4  steps 25,000/50,000  sps 1,310
+    [01:20] a1b2c_00003 stopped     return  88.0  steps 10,000/50,000  (early, by the scheduler)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from ray.tune import Callback
+
+from tune_runner.tracking import last_error_line
+
+
+def fmt_value(value: Any) -> str:
+    """Numbers short and readable: 1.2e-03, 0.99, 256."""
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
+            return f"{value:.2e}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_config(config: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`k=v` for the searched keys only."""
+    return " ".join(f"{k}={fmt_value(config[k])}" for k in keys if k in config)
+
+
+class LiveView(Callback):
+    """Prints trial starts, progress at each quarter of the budget, and endings."""
+
+    def __init__(self, *, searched: tuple[str, ...], budget: int, metric: str,
+                 out: TextIO | None = None, milestones: int = 4) -> None:
+        self.searched = searched
+        self.budget = budget
+        self.metric = metric
+        self.milestones = milestones
+        self.out = out
+        self._start = time.monotonic()
+        self._seen: dict[str, int] = {}
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["out"] = None
+        return state
+
+    def _print(self, trial: Any, event: str, detail: str) -> None:
+        elapsed = int(time.monotonic() - self._start)
+        line = f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {trial.trial_id} {event:<10} {detail}"
+        print(line.rstrip(), file=self.out or sys.stdout, flush=True)
+
+    def _progress(self, result: dict[str, Any]) -> str:
+        value = result.get(self.metric)
+        steps = int(result.get("env_steps", 0))
+        text = f"{self.metric.removeprefix('episode_').removesuffix('_mean')} {fmt_value(value) if value is not None else '-':>7}"
+        text += f"  steps {steps:,}/{self.budget:,}"
+        if result.get("sps"):
+            text += f"  sps {result['sps']:,.0f}"
+        return text
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._print(trial, "started", fmt_config(trial.config, self.searched))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        share = int(result.get("env_steps", 0)) * self.milestones // max(self.budget, 1)
+        if 0 < share < self.milestones and share > self._seen.get(trial.trial_id, 0):
+            self._seen[trial.trial_id] = share
+            self._print(trial, f"{100 * share // self.milestones}%", self._progress(result))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        result = trial.last_result or {}
+        early = int(result.get("env_steps", 0)) < self.budget
+        note = "  (early, by the scheduler)" if early else ""
+        self._print(trial, "stopped" if early else "done", self._progress(result) + note)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._print(trial, "ERROR", last_error_line(trial))

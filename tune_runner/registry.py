@@ -1,0 +1,51 @@
+"""One small name registry shared by spaces, trainables, schedulers and searchers."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Generic, Iterator, TypeVar
+
+from tune_runner.errors import UserError, unknown_name
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to objects; entries may be "module:attr" strings imported on first use.
+
+    Heavy optional dependencies (RLlib, Optuna) stay unimported until a name that needs
+    them is looked up.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._entries: dict[str, T | str] = {}
+
+    def register(self, name: str, obj: T | str | None = None) -> Callable[[T], T] | None:
+        """`@registry.register("name")` on a class or function, or `register("name", "mod:attr")`."""
+        if obj is not None:
+            self._entries[name] = obj
+            return None
+
+        def decorate(target: T) -> T:
+            self._entries[name] = target
+            return target
+
+        return decorate
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def get(self, name: str) -> T:
+        """The object for `name`; an unknown name is a UserError naming the closest choice."""
+        if name not in self._entries:
+            raise UserError(unknown_name(self.what, name, self._entries))
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = getattr(importlib.import_module(module), attr)
+            self._entries[name] = entry
+        return entry  # type: ignore[return-value]

@@ -1,0 +1,245 @@
+"""Compose a validated spec into a Ray Tune run, log it to MLflow, select and export the best."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from tune_runner import analysis, export, tracking
+from tune_runner.errors import ExitStatus, UserError, unknown_name
+from tune_runner.spec import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line adds to a spec: where results go and how loud to be."""
+
+    storage: Path
+    mlflow_uri: str
+    name: str | None = None
+    export: bool = True
+    verbose: bool = False
+    num_cpus: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished search leaves behind."""
+
+    experiment_path: Path
+    best: analysis.Best | None
+    export_path: Path | None
+    counts: Counter
+    seconds: float
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        total = sum(self.counts.values())
+        if total and self.counts.get("errored", 0) == total:
+            return ExitStatus.ALL_TRIALS_FAILED
+        return ExitStatus.OK
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The Ray Tune objects for a spec, all validated before anything starts."""
+
+    trainable: Any
+    searcher: Any
+    scheduler: Any
+
+
+def check_env(name: str, *, where: str) -> None:
+    """The env must be a gymnasium id or an env registered with Ray Tune."""
+    import gymnasium
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
+        return
+    raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
+
+
+def prepare(spec: ExperimentSpec) -> Prepared:
+    """Check every name and setting in the spec and build the Tune objects; start nothing."""
+    from tune_runner import schedulers, searchers, trainables
+
+    where = spec.source
+    try:
+        algo = trainables.algorithm_name(spec.trainable)
+    except UserError as exc:
+        raise UserError(f"{where}: trainable: {exc}") from None
+    keys = list(spec.fixed) + list(spec.searched)
+    for key, problem in trainables.check_settings(algo, keys):
+        section = "space" if key in spec.searched else "fixed"
+        raise UserError(f"{where}: {section}.{key}: {problem}")
+    check_env(spec.env, where=where)
+    scheduler = schedulers.build_scheduler(spec.scheduler, budget=spec.budget_env_steps, where=where)
+    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where)
+    return Prepared(trainables.trainable_class(spec.trainable), searcher, scheduler)
+
+
+def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
+    """Start a local Ray (never join a running cluster by accident); reuse one already started."""
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the old engine prints nothing
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we add CSV+JSON, not TensorBoard
+    if not verbose:
+        logging.getLogger("ray.rllib").setLevel(logging.ERROR)
+        logging.getLogger("ray.tune").setLevel(logging.ERROR)
+    import ray
+
+    if ray.is_initialized():
+        return
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=verbose,
+             logging_level=logging.INFO if verbose else logging.ERROR)
+
+
+def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
+    """--name, or `<space>[-suffix]-<timestamp>`."""
+    if options.name:
+        return options.name
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{spec.name}{'-' + suffix if suffix else ''}-{stamp}"
+
+
+def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None, suffix: str = "") -> Outcome:
+    """Validate, launch, track, select the best trial and export it."""
+    out = out or sys.stdout
+    prepared = prepare(spec)
+    tracking.check_uri(options.mlflow_uri)
+    name = experiment_name(spec, options, suffix=suffix)
+    exp_path = options.storage / name
+    if exp_path.exists():
+        raise UserError(f"--name {name}: {exp_path} exists already; choose another name")
+    started = time.monotonic()
+    _header(spec, name, out)
+    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose)
+    exp_path.mkdir(parents=True)
+    (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
+    mlflow = tracking.client(options.mlflow_uri)
+    exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
+    parent = _open_parent(mlflow, exp_id, spec, name, exp_path)
+    logged = tuple(spec.fixed) + spec.searched
+    callbacks = [
+        _live_view(spec, out),
+        tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
+                                logged_keys=logged, budget=spec.budget_env_steps),
+    ]
+    status = "FAILED"
+    try:
+        _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks)
+        outcome = _finish(spec, exp_path, options, started)
+        status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
+        _log_outcome(mlflow, parent, spec, outcome)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.set_tag(parent, "tune_rl.status", status.lower())
+        mlflow.set_terminated(parent, status=status)
+    _summary(spec, outcome, options, mlflow_run=parent, out=out)
+    return outcome
+
+
+def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list) -> None:
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    tuner = tune.Tuner(
+        prepared.trainable,
+        param_space=spec.param_space(),
+        tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, search_alg=prepared.searcher,
+                                    scheduler=prepared.scheduler, num_samples=spec.num_samples,
+                                    max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(storage), stop={"env_steps": spec.budget_env_steps},
+            callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_at_end=True),
+            failure_config=tune.FailureConfig(max_failures=1)),
+    )
+    tuner.fit()
+
+
+def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float) -> Outcome:
+    loaded = analysis.load(exp_path)
+    counts = analysis.statuses(loaded, budget=spec.budget_env_steps)
+    try:
+        best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last")
+    except UserError:
+        best = None
+    export_path = None
+    if best is not None and options.export:
+        export_path = export.write(export.bundle(spec, best, experiment=exp_path.name), exp_path / "best.yaml")
+    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started)
+
+
+def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
+    from tune_runner.progress import LiveView
+
+    return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, out=out)
+
+
+def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path) -> str:
+    from mlflow.entities import Param
+
+    run = mlflow.create_run(exp_id, run_name=name, tags={
+        "tune_rl.space": spec.name, "tune_rl.experiment_path": str(exp_path), "tune_rl.status": "running",
+        "mlflow.note.content": spec.description})
+    params = {"space": spec.name, "trainable": spec.trainable, "env": spec.env,
+              "searcher": spec.searcher.name, "scheduler": spec.scheduler.name,
+              "budget_env_steps": spec.budget_env_steps, "num_samples": spec.num_samples,
+              "metric": spec.metric, "mode": spec.mode}
+    params.update({f"space.{p.name}": p.describe() for p in spec.space})
+    mlflow.log_batch(run.info.run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
+    return run.info.run_id
+
+
+def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcome) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    values = {f"trials_{k.replace(' ', '_')}": v for k, v in outcome.counts.items()}
+    values["search_seconds"] = outcome.seconds
+    if outcome.best is not None:
+        values[f"best_{spec.metric}"] = outcome.best.value
+        mlflow.set_tag(parent, "tune_rl.best_trial", outcome.best.trial_id)
+    mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
+    if outcome.export_path is not None:
+        mlflow.log_artifact(parent, str(outcome.export_path))
+
+
+def _header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
+    searched = ", ".join(f"{p.name}~{p.describe()}" for p in spec.space) or "nothing (fixed config)"
+    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_samples} trial(s) x "
+          f"{spec.budget_env_steps:,} env steps, searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
+          file=out)
+    print(f"  searching {searched}", file=out, flush=True)
+
+
+def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, out: TextIO) -> None:
+    from tune_runner.progress import fmt_config, fmt_value
+
+    minutes, seconds = divmod(int(outcome.seconds), 60)
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
+    print(f"\ntrials     {sum(outcome.counts.values())}: {counts} in {minutes}m{seconds:02d}s", file=out)
+    best = outcome.best
+    if best is not None:
+        steps = int(best.last_result.get("env_steps", 0))
+        print(f"best       {best.trial_id}  {spec.metric} {fmt_value(best.value)} at {steps:,} env steps", file=out)
+        print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
+    print(f"results    {outcome.experiment_path}", file=out)
+    print(f"mlflow     {options.mlflow_uri}  (experiment {spec.name}, run {mlflow_run})", file=out)
+    if outcome.export_path is not None:
+        print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
+    out.flush()

@@ -1,0 +1,266 @@
+"""Space files and flags → one validated experiment spec.
+
+This is the only module that reads a space file. Everything downstream takes an
+`ExperimentSpec` and never sees raw YAML or argparse namespaces.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from tune_runner import paths
+from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.search_space import Param, _short, parse_space
+
+TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
+            "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space")
+REQUIRED = ("trainable", "env", "budget")
+BUDGET_KEYS = ("env_steps",)
+RESERVED = ("env", "env_config")  # keys of the trial config that name the environment
+
+
+@dataclass(frozen=True)
+class Component:
+    """A searcher or scheduler: a registered name plus inline settings."""
+
+    name: str
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """Everything a search needs, validated. Treat the dict fields as read-only."""
+
+    name: str
+    source: str
+    description: str
+    trainable: str
+    env: str
+    env_config: dict
+    metric: str
+    mode: str
+    budget_env_steps: int
+    searcher: Component
+    scheduler: Component
+    num_samples: int
+    max_concurrent: int | None
+    fixed: dict
+    space: tuple[Param, ...]
+    source_sha256: str = ""
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """Names of the searched hyperparameters, in file order."""
+        return tuple(p.name for p in self.space)
+
+    def param_space(self) -> dict:
+        """Ray Tune's `param_space`: env, env_config, fixed values and search domains."""
+        space = {"env": self.env, "env_config": copy.deepcopy(self.env_config)}
+        space.update(copy.deepcopy(self.fixed))
+        space.update({p.name: p.to_tune() for p in self.space})
+        return space
+
+    def as_dict(self) -> dict:
+        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results."""
+        return {
+            "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
+            "description": self.description, "trainable": self.trainable, "env": self.env,
+            "env_config": self.env_config, "metric": self.metric, "mode": self.mode,
+            "budget": {"env_steps": self.budget_env_steps},
+            "searcher": {"name": self.searcher.name, **self.searcher.settings},
+            "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
+            "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
+            "fixed": self.fixed,
+            "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
+                      for p in self.space},
+        }
+
+    def with_overrides(self, **changes: Any) -> "ExperimentSpec":
+        """A copy with some fields replaced (used by the CLI's plain flags)."""
+        return replace(self, **changes)
+
+
+def shipped_spaces() -> dict[str, Path]:
+    """Shipped space names → files."""
+    return {p.stem: p for p in sorted(paths.shipped("search_spaces").glob("*.yaml"))}
+
+
+def resolve_space(ref: str) -> Path:
+    """A shipped space name or a path to a user's YAML file."""
+    path = Path(ref).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in ref:
+        if not path.is_file():
+            raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
+                            f"or a shipped space name (tune-rl spaces list)")
+        return path
+    spaces = shipped_spaces()
+    if ref not in spaces:
+        raise UserError(f"--space: {unknown_name('space', ref, spaces)}")
+    return spaces[ref]
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse YAML, turning syntax errors into one line with file and position."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise UserError(f"{path}: invalid YAML{at}: {problem}") from None
+
+
+def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
+    """Load a space by name or path, apply `--set key=value` overrides, validate."""
+    path = resolve_space(ref)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping of settings at the top level, got {_short(raw)}")
+    for item in overrides:
+        apply_override(raw, item)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return build_spec(raw, name=path.stem, source=str(path), sha256=digest)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value` → (key, value), the value read as YAML with lenient numbers."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set {item}: expected KEY=VALUE, e.g. --set lr=3.0e-4")
+    return key.strip(), parse_value(text)
+
+
+def parse_value(text: str) -> Any:
+    """A flag value: numbers first (so `1e-5` is a float here), then YAML."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """Apply one `--set`: budget, a top-level setting, env_config.X, or a fixed value.
+
+    Setting a searched hyperparameter pins it: it leaves the space.
+    """
+    key, value = parse_override(item)
+    if key in ("budget", "budget.env_steps"):
+        raw["budget"] = {"env_steps": value}
+    elif key.startswith("env_config."):
+        raw.setdefault("env_config", {})
+        if isinstance(raw["env_config"], dict):
+            raw["env_config"][key.removeprefix("env_config.")] = value
+    elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
+        raw[key] = value
+    else:
+        space = raw.get("space")
+        if isinstance(space, dict):
+            space.pop(key, None)
+        fixed = raw.setdefault("fixed", {})
+        if not isinstance(fixed, dict):
+            raise UserError(f"--set {item}: cannot apply, 'fixed' in the space file is not a mapping")
+        fixed[key] = value
+
+
+def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> ExperimentSpec:
+    """Validate a parsed space mapping into an ExperimentSpec."""
+    where = source
+    for key in raw:
+        if key not in TOP_KEYS:
+            near = closest(key, TOP_KEYS)
+            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(TOP_KEYS)}"
+            raise UserError(f"{where}: {key}: unknown key; {hint}")
+    for key in REQUIRED:
+        if key not in raw:
+            raise UserError(f"{where}: {key}: missing; every space file names its "
+                            f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
+    mode = _typed(raw, "mode", str, where, default="max")
+    if mode not in ("max", "min"):
+        raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
+    space = parse_space(raw.get("space"), where=where)
+    fixed = _typed(raw, "fixed", dict, where, default={})
+    for key in RESERVED:
+        if key in fixed or key in {p.name for p in space}:
+            raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space")
+    return ExperimentSpec(
+        name=name, source=source, source_sha256=sha256,
+        description=_typed(raw, "description", str, where, default=""),
+        trainable=_typed(raw, "trainable", str, where),
+        env=_typed(raw, "env", str, where),
+        env_config=_typed(raw, "env_config", dict, where, default={}),
+        metric=_typed(raw, "metric", str, where, default="episode_return_mean"),
+        mode=mode,
+        budget_env_steps=_budget(raw["budget"], where),
+        searcher=_component(raw, "searcher", where, default="random"),
+        scheduler=_component(raw, "scheduler", where, default="fifo"),
+        num_samples=_positive_int(raw, "num_samples", where, default=1),
+        max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
+        fixed=fixed,
+        space=space,
+    )
+
+
+def _typed(raw: dict, key: str, kind: type, where: str, *, default: Any = ...) -> Any:
+    value = raw.get(key, default)
+    if value is ...:
+        raise UserError(f"{where}: {key}: missing")
+    if value is None and default is not ...:
+        return copy.deepcopy(default)
+    if not isinstance(value, kind):
+        raise UserError(f"{where}: {key}: expected {_kind(kind)}, got {_short(value)}")
+    return value
+
+
+def _kind(kind: type) -> str:
+    return {str: "a string", dict: "a mapping", int: "an integer", list: "a list"}.get(kind, kind.__name__)
+
+
+def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> int | None:
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
+    return value
+
+
+def _budget(value: Any, where: str) -> int:
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: budget: expected a mapping like {{env_steps: 100000}}, got {_short(value)}")
+    for key in value:
+        if key not in BUDGET_KEYS:
+            raise UserError(f"{where}: budget.{key}: {unknown_name('budget key', key, BUDGET_KEYS)}")
+    steps = value.get("env_steps")
+    if isinstance(steps, float) and steps.is_integer():
+        steps = int(steps)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        fix = "; write 100000 or 1.0e+5" if isinstance(steps, str) else ""
+        raise UserError(f"{where}: budget.env_steps: expected a positive whole number of env steps, "
+                        f"got {_short(steps)}{fix}")
+    return steps
+
+
+def _component(raw: dict, key: str, where: str, *, default: str) -> Component:
+    value = raw.get(key, default)
+    if isinstance(value, str):
+        return Component(value, {})
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        settings = {k: v for k, v in value.items() if k != "name"}
+        return Component(value["name"], settings)
+    raise UserError(f"{where}: {key}: expected a name like 'asha' or a mapping "
+                    f"{{name: asha, grace_period: ...}}, got {_short(value)}")

@@ -1,0 +1,169 @@
+"""MLflow tracking: one parent run per search, one child run per trial, metrics in batches.
+
+Ray's stock MLflowLoggerCallback sends one request per metric (about a second per
+iteration on SQLite here); we send one `log_batch` per trial result instead.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from tune_runner.errors import UserError
+
+# Tune's bookkeeping keys: not worth a metric curve each.
+NOT_METRICS = frozenset({
+    "timestamp", "pid", "time_this_iter_s", "iterations_since_restore", "time_since_restore",
+    "done", "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name",
+    "should_checkpoint", "env_steps"})
+MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
+
+
+def check_uri(uri: str) -> None:
+    """Refuse an unreachable tracking URI before anything starts."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
+                reply.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UserError(f"--mlflow-uri {uri}: MLflow server unreachable ({reason}); "
+                            f"start it (mlflow server) or fix the address") from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--mlflow-uri {uri}: cannot create {folder} ({exc.strerror})") from None
+    elif "://" not in uri and not uri.startswith("databricks"):
+        raise UserError(f"--mlflow-uri {uri}: not a tracking URI; use sqlite:///path/to/mlflow.db "
+                        f"or http://host:port")
+
+
+def artifact_location(uri: str) -> str | None:
+    """For a SQLite store, artifacts go to `mlartifacts/` beside the database (MLflow's
+    default would be ./mlruns in whatever folder the command ran from)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def client(uri: str) -> Any:
+    """An MlflowClient for `uri` (imported lazily: mlflow is slow to import)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(mlflow: Any, name: str, uri: str) -> str:
+    """The MLflow experiment named `name`, created if needed."""
+    found = mlflow.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = artifact_location(uri)
+    if location:
+        location = f"{location}/{name}"
+    try:
+        return mlflow.create_experiment(name, artifact_location=location)
+    except Exception:  # noqa: BLE001 - a concurrent search created it first
+        found = mlflow.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def flat_params(values: dict[str, Any]) -> dict[str, str]:
+    """Params as MLflow strings; nested dicts become dotted keys."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in flat_params(value).items()})
+        else:
+            out[key] = str(value)[:MAX_PARAM_LENGTH]
+    return out
+
+
+def metrics_of(result: dict[str, Any], *, step: int, now_ms: int) -> list[Any]:
+    """The numeric, finite values of a trial result as MLflow metrics at `step` env steps."""
+    from mlflow.entities import Metric
+
+    return [Metric(key, float(value), now_ms, step) for key, value in result.items()
+            if key not in NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)]
+
+
+class MlflowTracking(Callback):
+    """Child runs per trial under a parent run that the runner opened."""
+
+    def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, logged_keys: tuple[str, ...],
+                 budget: int) -> None:
+        self.uri = uri
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.logged_keys = logged_keys
+        self.budget = budget
+        self.runs: dict[str, str] = {}
+        self._client: Any = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_client"] = None  # Tune pickles callbacks with the experiment state
+        return state
+
+    @property
+    def mlflow(self) -> Any:
+        if self._client is None:
+            self._client = client(self.uri)
+        return self._client
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.runs:
+            return
+        run = self.mlflow.create_run(self.experiment_id, run_name=trial.trial_id, tags={
+            "mlflow.parentRunId": self.parent_run_id, "tune_rl.trial_id": trial.trial_id,
+            "tune_rl.status": "running"})
+        self.runs[trial.trial_id] = run.info.run_id
+        from mlflow.entities import Param
+
+        chosen = {k: trial.config[k] for k in self.logged_keys if k in trial.config}
+        self.mlflow.log_batch(run.info.run_id, params=[Param(k, v) for k, v in flat_params(chosen).items()])
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        step = int(result.get("env_steps", result.get("training_iteration", 0)))
+        self.mlflow.log_batch(run_id, metrics=metrics_of(result, step=step, now_ms=int(time.time() * 1000)))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        steps = (trial.last_result or {}).get("env_steps", 0)
+        self._finish(trial, "terminated" if steps >= self.budget else "stopped_early", "FINISHED")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finish(trial, "errored", "FAILED", error=last_error_line(trial))
+
+    def _finish(self, trial: Any, status: str, mlflow_status: str, *, error: str = "") -> None:
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        self.mlflow.set_tag(run_id, "tune_rl.status", status)
+        if error:
+            self.mlflow.set_tag(run_id, "tune_rl.error", error[:MAX_PARAM_LENGTH])
+        self.mlflow.set_terminated(run_id, status=mlflow_status)
+
+
+def last_error_line(trial: Any) -> str:
+    """The last non-empty line of a trial's error, for tags and the live view."""
+    text = ""
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        text = Path(path).read_text(errors="replace")
+    text = text or str(getattr(trial, "error_msg", "") or "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error"
