@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
 from tune_runner import __version__
 from tune_runner.errors import ExitStatus, UserError, closest
@@ -29,11 +30,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if "unrecognized arguments:" in message:
             words = message.split(":", 1)[1].split()
-            flags = [o for a in self._actions for o in a.option_strings]
-            near = closest(words[0].split("=")[0], flags) if words else None
+            near = closest(words[0].split("=")[0], _all_flags(self)) if words else None
             if near:
                 message += f"; did you mean {near}?"
-        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def _all_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of a parser and its subcommands (extra arguments surface at the top parser)."""
+    flags = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags += _all_flags(sub)
+    return sorted(set(flags))
 
 
 def _storage(value: str) -> Path:

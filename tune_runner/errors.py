@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from enum import IntEnum
-from typing import Iterable
 
 
 class ExitStatus(IntEnum):

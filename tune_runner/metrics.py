@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Our name -> path in RLlib's (new API stack) nested result dict.
 RLLIB_METRICS: dict[str, str] = {

@@ -56,7 +56,8 @@ class LiveView(Callback):
     def _progress(self, result: dict[str, Any]) -> str:
         value = result.get(self.metric)
         steps = int(result.get("env_steps", 0))
-        text = f"{self.metric.removeprefix('episode_').removesuffix('_mean')} {fmt_value(value) if value is not None else '-':>7}"
+        label = self.metric.removeprefix("episode_").removesuffix("_mean")
+        text = f"{label} {fmt_value(value) if value is not None else '-':>7}"
         text += f"  steps {steps:,}/{self.budget:,}"
         if result.get("sps"):
             text += f"  sps {result['sps']:,.0f}"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from tune_runner.errors import UserError, unknown_name
 

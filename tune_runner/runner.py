@@ -82,6 +82,11 @@ def prepare(spec: ExperimentSpec) -> Prepared:
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{where}: {section}.{key}: {problem}")
     check_env(spec.env, where=where)
+    example = {**spec.fixed, **{p.name: p.example() for p in spec.space},
+               "env": spec.env, "env_config": spec.env_config}
+    problem = trainables.check_config(algo, example)
+    if problem:
+        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
     scheduler = schedulers.build_scheduler(spec.scheduler, budget=spec.budget_env_steps, where=where)
     searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where)
     return Prepared(trainables.trainable_class(spec.trainable), searcher, scheduler)

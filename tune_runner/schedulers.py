@@ -13,9 +13,10 @@ budget. Every setting is checked against the scheduler's constructor before laun
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tune_runner import paths
 from tune_runner.errors import UserError, closest, unknown_name

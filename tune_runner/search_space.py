@@ -48,6 +48,12 @@ class Param:
             return tune.choice(values)
         return tune.grid_search(values)
 
+    def example(self) -> Any:
+        """One concrete value from the domain (for checks before launch)."""
+        if self.dist == "grid":
+            return _thaw(self.args[0])
+        return self.to_tune().sample(random_state=0)
+
     def describe(self) -> str:
         """A compact one-line rendering, e.g. `loguniform(1e-05, 0.01)`."""
         return f"{self.dist}({', '.join(_short(a) for a in self.args)})"

@@ -6,8 +6,9 @@ Settings are checked before launch; an unknown one names the closest valid setti
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tune_runner.errors import UserError, closest
 from tune_runner.registry import Registry

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -81,7 +82,7 @@ class ExperimentSpec:
                       for p in self.space},
         }
 
-    def with_overrides(self, **changes: Any) -> "ExperimentSpec":
+    def with_overrides(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields replaced (used by the CLI's plain flags)."""
         return replace(self, **changes)
 

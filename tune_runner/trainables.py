@@ -8,7 +8,8 @@ result and config.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ray import tune
 
@@ -88,6 +89,15 @@ def check_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
         hint = f"did you mean {near!r}?" if near else "see RLlib's AlgorithmConfig for its settings"
         problems.append((key, f"not a setting of rllib/{algo}; {hint}"))
     return problems
+
+
+def check_config(algo: str, config: dict[str, Any]) -> str | None:
+    """RLlib's own validation of one concrete config, before launch; the problem's first line."""
+    try:
+        rllib_config(algo, config).validate()
+    except (ValueError, TypeError) as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
 
 
 class RLlibTrainable(tune.Trainable):

@@ -1,0 +1,113 @@
+"""End to end on a real local Ray (one session for all), real gymnasium CartPole, a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+TINY = """\
+description: tiny PPO search for the tests
+trainable: rllib/PPO
+env: CartPole-v1
+budget: {env_steps: 3000}
+searcher: random
+scheduler: {name: asha, grace_period: 500, reduction_factor: 2}
+fixed:
+  num_env_runners: 0
+  num_envs_per_env_runner: 4
+  train_batch_size_per_learner: 500
+  minibatch_size: 128
+  num_epochs: 4
+  seed: 0
+  metrics_num_episodes_for_smoothing: 10
+space:
+  # two learning trials first, then two that cannot learn (lr 0): ASHA must stop a non-learner.
+  lr: {grid: [0.003, 0.002, 0.0, 0.0]}
+"""
+
+
+def mlflow_runs(home: Path, experiment: str) -> tuple[object, list, list]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return client, parents, children
+
+
+def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolated_home, tmp_path):
+    from ray.tune import ExperimentAnalysis
+
+    space = tmp_path / "tiny.yaml"
+    space.write_text(TINY)
+    result = cli("search", "--space", str(space), "--name", "tiny")
+    assert result.status == 0, result.err
+    exp_path = _isolated_home / "results" / "tiny"
+
+    # Every trial ended; ASHA stopped at least one before the budget.
+    analysis = ExperimentAnalysis(str(exp_path))
+    assert len(analysis.trials) == 4 and {t.status for t in analysis.trials} == {"TERMINATED"}
+    steps = sorted(t.last_result["env_steps"] for t in analysis.trials)
+    assert steps[0] < 3000 <= steps[-1], steps
+    lrs_stopped = {t.config["lr"] for t in analysis.trials if t.last_result["env_steps"] < 3000}
+    assert lrs_stopped, "ASHA stopped nothing"
+
+    # The live view is compact: no RLlib config dump, one line per event.
+    assert "train_batch_size_per_learner" not in result.out.split("trials ")[0]
+    assert result.out.count("started") == 4 and "(early, by the scheduler)" in result.out
+    assert len(result.out) < 5000
+
+    # MLflow: one parent, four children with metric curves stepped by env steps.
+    client, parents, children = mlflow_runs(_isolated_home, "tiny")
+    assert len(parents) == 1 and len(children) == 4
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.params["scheduler"] == "asha"
+    assert parent.data.params["budget_env_steps"] == "3000"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert {c.data.tags["tune_rl.status"] for c in children} == {"terminated", "stopped_early"}
+    for child in children:
+        assert "lr" in child.data.params and "num_epochs" in child.data.params
+        assert len(child.data.params) < 20  # what matters, not RLlib's hundreds of defaults
+        history = client.get_metric_history(child.info.run_id, "episode_return_mean")
+        assert len(history) >= 1 and all(m.step >= 500 for m in history)
+        assert [m.step for m in history] == sorted(m.step for m in history)
+    artifacts = [a.path for a in client.list_artifacts(parent.info.run_id)]
+    assert "best.yaml" in artifacts
+
+    # best: the same trial ExperimentAnalysis picks; --export then train --config re-runs it.
+    chosen = analysis.get_best_trial("episode_return_mean", "max", "last")
+    as_json = cli("best", "tiny", "--json")
+    assert as_json.status == 0 and json.loads(as_json.out)["lr"] == chosen.config["lr"]
+    exported = tmp_path / "best.yaml"
+    shown = cli("best", str(exp_path), "--scope", "avg-last-3", "--export", str(exported))
+    assert shown.status == 0 and exported.is_file() and "best " in shown.out
+    bundle = yaml.safe_load(exported.read_text())
+    assert bundle["config"]["lr"] > 0 and bundle["trainable"] == "rllib/PPO"
+
+    again = cli("train", "--config", str(exported), "--name", "tiny-train")
+    assert again.status == 0, again.err
+    retrain = ExperimentAnalysis(str(_isolated_home / "results" / "tiny-train"))
+    (trial,) = retrain.trials
+    assert trial.status == "TERMINATED" and trial.last_result["env_steps"] >= 3000
+    assert {k: v for k, v in trial.config.items() if k not in ("env", "env_config")} == bundle["config"]
+    assert {"episode_return_mean", "env_steps", "policy_loss", "entropy"} <= set(trial.last_result)
+
+
+def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
+    result = cli("search", "--space", "dqn_small", "--name", "dqn-optuna", "--searcher", "optuna",
+                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=600",
+                 "--set", "num_steps_sampled_before_learning_starts=200")
+    assert result.status == 0, result.err
+    from ray.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis(str(_isolated_home / "results" / "dqn-optuna"))
+    assert [t.status for t in analysis.trials] == ["TERMINATED", "TERMINATED"]
+    assert len({t.config["lr"] for t in analysis.trials}) == 2  # Optuna suggested two different points
+    assert all("qf_loss" in t.last_result for t in analysis.trials)

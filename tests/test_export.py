@@ -1,0 +1,59 @@
+"""Export → load round trip: the exported bundle re-runs as a one-trial spec with the same config."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tune_runner import export
+from tune_runner.analysis import Best, parse_scope, score
+from tune_runner.errors import UserError
+from tune_runner.spec import load_spec
+
+
+def _best(spec):
+    config = {"env": spec.env, "env_config": {"k": 1}, **spec.fixed, "lr": 0.00123, "num_epochs": 7,
+              "minibatch_size": 256, "gamma": 0.99, "lambda_": 0.95}
+    return Best(trial_id="abc_00001", config=config, value=480.0, metric="episode_return_mean", mode="max",
+                scope="last", last_result={"episode_return_mean": 480.0, "env_steps": 50_010}, trial_path="/x")
+
+
+def test_round_trip_gives_the_same_resolved_config(tmp_path):
+    spec = load_spec("ppo_small")
+    best = _best(spec)
+    path = export.write(export.bundle(spec, best, experiment="exp-1"), tmp_path / "out" / "best.yaml")
+    raw = yaml.safe_load(path.read_text())
+    assert raw["source"] == {"experiment": "exp-1", "trial_id": "abc_00001", "space": "ppo_small",
+                             "space_file": spec.source, "space_sha256": spec.source_sha256}
+    again = export.load(path)
+    assert again.space == () and again.num_samples == 1 and again.scheduler.name == "fifo"
+    assert again.trainable == spec.trainable and again.env == spec.env and again.env_config == {"k": 1}
+    assert again.budget_env_steps == spec.budget_env_steps
+    resolved = {k: v for k, v in best.config.items() if k not in ("env", "env_config")}
+    assert again.fixed == resolved
+    assert again.param_space() == best.config  # the trial config Tune gets is exactly the best one
+
+
+def test_load_applies_overrides(tmp_path):
+    spec = load_spec("ppo_small")
+    path = export.write(export.bundle(spec, _best(spec), experiment="e"), tmp_path / "b.yaml")
+    assert export.load(path, overrides={"lr": 0.5}).fixed["lr"] == 0.5
+
+
+def test_no_tmp_file_left_behind(tmp_path):
+    spec = load_spec("ppo_small")
+    export.write(export.bundle(spec, _best(spec), experiment="e"), tmp_path / "b.yaml")
+    assert [p.name for p in tmp_path.iterdir()] == ["b.yaml"]
+
+
+def test_scopes():
+    import pandas as pd
+
+    frame = pd.DataFrame({"r": [1.0, 5.0, 3.0, 2.0]})
+    assert score(frame, metric="r", mode="max", scope="last") == 2.0
+    assert score(frame, metric="r", mode="max", scope="max") == 5.0
+    assert score(frame, metric="r", mode="min", scope="max") == 1.0  # "max" = best over all, min for mode min
+    assert score(frame, metric="r", mode="max", scope="avg-last-2") == 2.5
+    assert parse_scope("avg-last-10") == 10
+    with pytest.raises(UserError):
+        parse_scope("avg-last-0")
