@@ -10,25 +10,20 @@ import yaml
 
 pytestmark = pytest.mark.e2e
 
-TINY = """\
-description: tiny PPO search for the tests
-trainable: rllib/PPO
-env: CartPole-v1
-budget: {env_steps: 3000}
-searcher: random
-scheduler: {name: asha, grace_period: 500, reduction_factor: 2}
-fixed:
-  num_env_runners: 0
-  num_envs_per_env_runner: 4
-  train_batch_size_per_learner: 500
-  minibatch_size: 128
-  num_epochs: 4
-  seed: 0
-  metrics_num_episodes_for_smoothing: 10
-space:
-  # two learning trials first, then two that cannot learn (lr 0): ASHA must stop a non-learner.
-  lr: {grid: [0.003, 0.002, 0.0, 0.0]}
-"""
+def tiny_ppo_small(path: Path) -> Path:
+    """The shipped ppo_small with a tiny budget, and lr on a grid: two learning trials first,
+    then two that cannot learn (lr 0), so ASHA has a non-learner to stop."""
+    from tune_runner.spec import shipped_spaces
+
+    raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
+    raw["budget"] = {"env_steps": 3000}
+    raw["searcher"] = "random"
+    raw["scheduler"] = {"name": "asha", "grace_period": 500, "reduction_factor": 2}
+    raw["fixed"].update(num_envs_per_env_runner=4, train_batch_size_per_learner=500, minibatch_size=128,
+                        num_epochs=4, seed=0, metrics_num_episodes_for_smoothing=10)
+    raw["space"] = {"lr": {"grid": [0.003, 0.002, 0.0, 0.0]}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
 
 
 def mlflow_runs(home: Path, experiment: str) -> tuple[object, list, list]:
@@ -45,8 +40,7 @@ def mlflow_runs(home: Path, experiment: str) -> tuple[object, list, list]:
 def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolated_home, tmp_path):
     from ray.tune import ExperimentAnalysis
 
-    space = tmp_path / "tiny.yaml"
-    space.write_text(TINY)
+    space = tiny_ppo_small(tmp_path / "tiny.yaml")
     result = cli("search", "--space", str(space), "--name", "tiny")
     assert result.status == 0, result.err
     exp_path = _isolated_home / "results" / "tiny"

@@ -33,14 +33,16 @@ def fmt_config(config: dict[str, Any], keys: tuple[str, ...]) -> str:
 class LiveView(Callback):
     """Prints trial starts, progress at each quarter of the budget, and endings."""
 
-    def __init__(self, *, searched: tuple[str, ...], budget: int, metric: str,
-                 out: TextIO | None = None, milestones: int = 4) -> None:
+    def __init__(self, *, searched: tuple[str, ...], budget: int, metric: str, mode: str = "max",
+                 out: TextIO | None = None, milestones: int = 4, heartbeat_s: float = 30.0) -> None:
         self.searched = searched
         self.budget = budget
         self.metric = metric
+        self.mode = mode
         self.milestones = milestones
+        self.heartbeat_s = heartbeat_s
         self.out = out
-        self._start = time.monotonic()
+        self._start = self._last_line = time.monotonic()
         self._seen: dict[str, int] = {}
 
     def __getstate__(self) -> dict:
@@ -49,9 +51,29 @@ class LiveView(Callback):
         return state
 
     def _print(self, trial: Any, event: str, detail: str) -> None:
-        elapsed = int(time.monotonic() - self._start)
-        line = f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {trial.trial_id} {event:<10} {detail}"
-        print(line.rstrip(), file=self.out or sys.stdout, flush=True)
+        self._emit(f"{trial.trial_id} {event:<10} {detail}")
+
+    def _emit(self, text: str) -> None:
+        now = time.monotonic()
+        elapsed = int(now - self._start)
+        print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {text}".rstrip(), file=self.out or sys.stdout, flush=True)
+        self._last_line = now
+
+    def on_step(self, iteration: int, trials: list, **info: Any) -> None:
+        """After `heartbeat_s` of silence, one summary line: how many run, and the best so far."""
+        if time.monotonic() - self._last_line < self.heartbeat_s:
+            return
+        counts: dict[str, int] = {}
+        for trial in trials:
+            counts[trial.status.lower()] = counts.get(trial.status.lower(), 0) + 1
+        values = [t.last_result[self.metric] for t in trials
+                  if isinstance((t.last_result or {}).get(self.metric), (int, float))
+                  and t.last_result[self.metric] == t.last_result[self.metric]]
+        best = (max if self.mode == "max" else min)(values) if values else None
+        steps = sum(int((t.last_result or {}).get("env_steps", 0)) for t in trials)
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        self._emit(f"{'':11} {'...':<10} {summary}; best {fmt_value(best) if best is not None else '-'}; "
+                   f"{steps:,} env steps in all")
 
     def _progress(self, result: dict[str, Any]) -> str:
         value = result.get(self.metric)

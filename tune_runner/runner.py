@@ -92,6 +92,17 @@ def prepare(spec: ExperimentSpec) -> Prepared:
     return Prepared(trainables.trainable_class(spec.trainable), searcher, scheduler)
 
 
+def quiet_logs(*, verbose: bool) -> None:
+    """Keep the driver's output to our live view: RLlib, Tune and MLflow chatter only with --verbose."""
+    if verbose:
+        return
+    for name in ("ray.rllib", "ray.tune", "ray.train"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is first imported
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
     """Start a local Ray (never join a running cluster by accident); reuse one already started."""
     os.environ.setdefault("RAY_enable_worker_prestart", "0")
@@ -99,9 +110,6 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the old engine prints nothing
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we add CSV+JSON, not TensorBoard
-    if not verbose:
-        logging.getLogger("ray.rllib").setLevel(logging.ERROR)
-        logging.getLogger("ray.tune").setLevel(logging.ERROR)
     import ray
 
     if ray.is_initialized():
@@ -121,6 +129,7 @@ def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = 
 def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None, suffix: str = "") -> Outcome:
     """Validate, launch, track, select the best trial and export it."""
     out = out or sys.stdout
+    quiet_logs(verbose=options.verbose)
     prepared = prepare(spec)
     tracking.check_uri(options.mlflow_uri)
     name = experiment_name(spec, options, suffix=suffix)
@@ -192,7 +201,8 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
     from tune_runner.progress import LiveView
 
-    return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, out=out)
+    return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
+                    out=out)
 
 
 def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path) -> str:

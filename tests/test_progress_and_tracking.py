@@ -1,0 +1,81 @@
+"""The live view's lines and the MLflow helpers, driven with synthetic trials (no Ray, no training)."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+
+from tune_runner.errors import UserError
+from tune_runner.progress import LiveView, fmt_value
+from tune_runner.tracking import artifact_location, check_uri, flat_params, metrics_of
+
+
+def trial(i: int, **result) -> SimpleNamespace:
+    return SimpleNamespace(trial_id=f"abc_{i:05d}", config={"lr": 0.00123, "gamma": 0.99, "num_envs": 8},
+                           last_result=result, status="RUNNING", error_file=None, error_msg="boom\nValueError: bad")
+
+
+def view(**kwargs) -> tuple[LiveView, io.StringIO]:
+    out = io.StringIO()
+    return LiveView(searched=("lr", "gamma"), budget=1000, metric="episode_return_mean", out=out, **kwargs), out
+
+
+def test_start_line_shows_only_searched_values():
+    live, out = view()
+    live.on_trial_start(0, [], trial(1))
+    line = out.getvalue()
+    assert "abc_00001 started" in line and "lr=1.23e-03 gamma=0.99" in line and "num_envs" not in line
+
+
+def test_progress_once_per_quarter_then_done_or_stopped():
+    live, out = view()
+    t = trial(1)
+    for steps in (100, 250, 300, 500, 760):
+        live.on_trial_result(0, [], t, {"env_steps": steps, "episode_return_mean": steps / 10, "sps": 1234.0})
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["25%", "50%", "75%"]
+    t.last_result = {"env_steps": 1000, "episode_return_mean": 99.0}
+    live.on_trial_complete(0, [], t)
+    early = trial(2, env_steps=500, episode_return_mean=20.0)
+    live.on_trial_complete(0, [], early)
+    error = trial(3)
+    live.on_trial_error(0, [], error)
+    tail = out.getvalue().splitlines()[-3:]
+    assert " done " in tail[0] and "return      99" in tail[0]
+    assert " stopped " in tail[1] and "(early, by the scheduler)" in tail[1]
+    assert " ERROR " in tail[2] and tail[2].endswith("ValueError: bad")
+
+
+def test_heartbeat_after_silence_summarises():
+    live, out = view(heartbeat_s=0.0)
+    trials = [trial(1, env_steps=300, episode_return_mean=40.0), trial(2, env_steps=200, episode_return_mean=55.5)]
+    trials[1].status = "PENDING"
+    live.on_step(0, trials)
+    assert "1 pending, 1 running; best 55.5; 500 env steps in all" in out.getvalue()
+
+
+def test_fmt_value():
+    assert fmt_value(0.00123) == "1.23e-03" and fmt_value(0.99) == "0.99" and fmt_value(256) == "256"
+
+
+def test_flat_params_and_metrics():
+    assert flat_params({"lr": 0.1, "replay_buffer_config": {"capacity": 5}}) == {
+        "lr": "0.1", "replay_buffer_config.capacity": "5"}
+    metrics = metrics_of({"episode_return_mean": 10.0, "pid": 3, "env_steps": 400, "x": float("nan"), "ok": True,
+                          "policy_loss": -1}, step=400, now_ms=1)
+    assert {(m.key, m.value, m.step) for m in metrics} == {("episode_return_mean", 10.0, 400),
+                                                          ("policy_loss", -1.0, 400)}
+
+
+def test_sqlite_artifacts_sit_beside_the_database(tmp_path):
+    assert artifact_location(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
+    assert artifact_location("http://127.0.0.1:5000") is None
+
+
+def test_check_uri(tmp_path):
+    check_uri(f"sqlite:///{tmp_path}/new/dir/m.db")
+    assert (tmp_path / "new" / "dir").is_dir()
+    with pytest.raises(UserError, match="unreachable"):
+        check_uri("http://127.0.0.1:9")
