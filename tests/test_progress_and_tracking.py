@@ -52,7 +52,7 @@ def test_heartbeat_after_silence_summarises():
     live, out = view(heartbeat_s=0.0)
     trials = [trial(1, env_steps=300, episode_return_mean=40.0), trial(2, env_steps=200, episode_return_mean=55.5)]
     trials[1].status = "PENDING"
-    live.on_step(0, trials)
+    live.on_step_end(0, trials)
     assert "1 pending, 1 running; best 55.5; 500 env steps in all" in out.getvalue()
 
 
@@ -79,3 +79,14 @@ def test_check_uri(tmp_path):
     assert (tmp_path / "new" / "dir").is_dir()
     with pytest.raises(UserError, match="unreachable"):
         check_uri("http://127.0.0.1:9")
+
+
+def test_every_hook_we_define_is_one_tune_calls():
+    # A misspelled hook (on_step instead of on_step_end) is silently never called.
+    from ray.tune import Callback
+
+    from tune_runner.tracking import MlflowTracking
+
+    for cls in (LiveView, MlflowTracking):
+        hooks = [name for name in vars(cls) if name.startswith("on_")]
+        assert hooks and all(hasattr(Callback, name) for name in hooks), (cls, hooks)

@@ -72,3 +72,20 @@ def test_budget_accepts_float_written_whole_numbers():
     with pytest.raises(UserError, match="got 1.5"):
         build_spec({"trainable": "rllib/PPO", "env": "CartPole-v1", "budget": {"env_steps": 1.5}},
                    name="x", source="x.yaml")
+
+
+def test_stop_at_ends_a_trial_that_reached_the_target():
+    from tune_runner.runner import BudgetStopper
+
+    spec = build_spec({"trainable": "rllib/DQN", "env": "CartPole-v1", "budget": {"env_steps": 1000},
+                       "stop_at": 475}, name="x", source="x.yaml")
+    stop = BudgetStopper(spec)
+    assert not stop("t", {"env_steps": 500, "episode_return_mean": 474.9})
+    assert stop("t", {"env_steps": 500, "episode_return_mean": 475.0})
+    assert stop("t", {"env_steps": 1000, "episode_return_mean": 20.0})
+    assert not stop("t", {"env_steps": 500, "episode_return_mean": float("nan")})
+    assert spec.ending({"env_steps": 500, "episode_return_mean": 480.0}) == "solved"
+    assert spec.ending({"env_steps": 1000, "episode_return_mean": 20.0}) == "done"
+    assert spec.ending({"env_steps": 500, "episode_return_mean": 20.0}) == "stopped_early"
+    low = spec.with_overrides(mode="min", stop_at=10.0)
+    assert low.reached({"episode_return_mean": 9.0}) and not low.reached({"episode_return_mean": 11.0})

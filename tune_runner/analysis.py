@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,15 +103,14 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last") ->
                 trial_path=str(chosen.path))
 
 
-def statuses(analysis: Any, *, budget: int) -> Counter:
-    """Trials counted as done / stopped early / errored / other."""
+def statuses(analysis: Any, *, ending: Callable[[dict], str]) -> Counter:
+    """Trials counted as done / solved / stopped early / errored / other; `ending` tells a finished trial's."""
     counts: Counter = Counter()
     for trial in analysis.trials:
         if trial.status == "ERROR":
             counts["errored"] += 1
         elif trial.status == "TERMINATED":
-            steps = (trial.last_result or {}).get("env_steps", 0)
-            counts["done" if steps >= budget else "stopped early"] += 1
+            counts[ending(trial.last_result or {}).replace("_", " ")] += 1
         else:
             counts[trial.status.lower()] += 1
     return counts

@@ -13,7 +13,7 @@ from tune_runner.spec import Component, ExperimentSpec, read_yaml
 
 FORMAT = 1
 KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
-        "config", "result", "source")
+        "stop_at", "config", "result", "source")
 ENV_KEYS = ("env", "env_config")
 
 
@@ -31,6 +31,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str) -> dict[str, An
         "metric": spec.metric,
         "mode": spec.mode,
         "budget": {"env_steps": spec.budget_env_steps},
+        "stop_at": spec.stop_at,
         "config": _plain(config),
         "result": _plain({**result, "score": best.value, "scope": best.scope}),
         "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
@@ -74,7 +75,15 @@ def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSp
         trainable=str(raw["trainable"]), env=str(raw["env"]), env_config=dict(raw.get("env_config") or {}),
         metric=str(raw.get("metric", "episode_return_mean")), mode=str(raw.get("mode", "max")),
         budget_env_steps=budget, searcher=Component("random"), scheduler=Component("fifo"),
-        num_samples=1, max_concurrent=None, fixed=fixed, space=())
+        num_samples=1, max_concurrent=None, fixed=fixed, space=(), stop_at=_stop_at(raw.get("stop_at"), where))
+
+
+def _stop_at(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{where}: stop_at: expected a number, got {value!r}")
+    return float(value)
 
 
 def _plain(value: Any) -> Any:

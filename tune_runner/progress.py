@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from ray.tune import Callback
@@ -34,11 +35,13 @@ class LiveView(Callback):
     """Prints trial starts, progress at each quarter of the budget, and endings."""
 
     def __init__(self, *, searched: tuple[str, ...], budget: int, metric: str, mode: str = "max",
-                 out: TextIO | None = None, milestones: int = 4, heartbeat_s: float = 30.0) -> None:
+                 ending: Callable[[dict], str] | None = None, out: TextIO | None = None, milestones: int = 4,
+                 heartbeat_s: float = 30.0) -> None:
         self.searched = searched
         self.budget = budget
         self.metric = metric
         self.mode = mode
+        self.ending = ending or (lambda r: "done" if int(r.get("env_steps", 0)) >= budget else "stopped_early")
         self.milestones = milestones
         self.heartbeat_s = heartbeat_s
         self.out = out
@@ -59,7 +62,7 @@ class LiveView(Callback):
         print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {text}".rstrip(), file=self.out or sys.stdout, flush=True)
         self._last_line = now
 
-    def on_step(self, iteration: int, trials: list, **info: Any) -> None:
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         """After `heartbeat_s` of silence, one summary line: how many run, and the best so far."""
         if time.monotonic() - self._last_line < self.heartbeat_s:
             return
@@ -96,9 +99,10 @@ class LiveView(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         result = trial.last_result or {}
-        early = int(result.get("env_steps", 0)) < self.budget
-        note = "  (early, by the scheduler)" if early else ""
-        self._print(trial, "stopped" if early else "done", self._progress(result) + note)
+        ending = self.ending(result)
+        event, note = {"solved": ("solved", "  (reached stop_at)"),
+                       "stopped_early": ("stopped", "  (early, by the scheduler)")}.get(ending, ("done", ""))
+        self._print(trial, event, self._progress(result) + note)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._print(trial, "ERROR", last_error_line(trial))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from ray.tune import Stopper
 
 from tune_runner import analysis, export, tracking
 from tune_runner.errors import ExitStatus, UserError, unknown_name
@@ -148,7 +149,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     callbacks = [
         _live_view(spec, out),
         tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
-                                logged_keys=logged, budget=spec.budget_env_steps),
+                                logged_keys=logged, ending=spec.ending),
     ]
     status = "FAILED"
     try:
@@ -177,7 +178,7 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
                                     scheduler=prepared.scheduler, num_samples=spec.num_samples,
                                     max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
         run_config=tune.RunConfig(
-            name=name, storage_path=str(storage), stop={"env_steps": spec.budget_env_steps},
+            name=name, storage_path=str(storage), stop=BudgetStopper(spec),
             callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_at_end=True),
             failure_config=tune.FailureConfig(max_failures=1)),
@@ -185,9 +186,22 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
     tuner.fit()
 
 
+class BudgetStopper(Stopper):
+    """Ends a trial at the env-step budget, or once it reaches the space's `stop_at`."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return int(result.get("env_steps", 0)) >= self.spec.budget_env_steps or self.spec.reached(result)
+
+    def stop_all(self) -> bool:
+        return False
+
+
 def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float) -> Outcome:
     loaded = analysis.load(exp_path)
-    counts = analysis.statuses(loaded, budget=spec.budget_env_steps)
+    counts = analysis.statuses(loaded, ending=spec.ending)
     try:
         best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last")
     except UserError:
@@ -202,7 +216,7 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
     from tune_runner.progress import LiveView
 
     return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
-                    out=out)
+                    ending=spec.ending, out=out)
 
 
 def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path) -> str:
@@ -236,10 +250,16 @@ def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcom
 
 def _header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
     searched = ", ".join(f"{p.name}~{p.describe()}" for p in spec.space) or "nothing (fixed config)"
-    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_samples} trial(s) x "
-          f"{spec.budget_env_steps:,} env steps, searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
+    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_trials} trial(s) x "
+          f"{spec.budget_env_steps:,} env steps{_stop_at(spec)}, "
+          f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
           file=out)
     print(f"  searching {searched}", file=out, flush=True)
+
+
+def _stop_at(spec: ExperimentSpec) -> str:
+    return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g})" \
+        if spec.stop_at is not None else ""
 
 
 def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, out: TextIO) -> None:

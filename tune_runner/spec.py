@@ -20,7 +20,7 @@ from tune_runner.errors import UserError, closest, unknown_name
 from tune_runner.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space")
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space")
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
 RESERVED = ("env", "env_config")  # keys of the trial config that name the environment
@@ -54,11 +54,34 @@ class ExperimentSpec:
     fixed: dict
     space: tuple[Param, ...]
     source_sha256: str = ""
+    stop_at: float | None = None
+
+    def reached(self, result: dict) -> bool:
+        """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
+        value = result.get(self.metric)
+        if self.stop_at is None or not isinstance(value, (int, float)) or value != value:
+            return False
+        return value >= self.stop_at if self.mode == "max" else value <= self.stop_at
+
+    def ending(self, result: dict) -> str:
+        """How a finished trial ended: `done` (full budget), `solved` (stop_at) or `stopped_early`."""
+        if self.reached(result):
+            return "solved"
+        return "done" if int(result.get("env_steps", 0)) >= self.budget_env_steps else "stopped_early"
 
     @property
     def searched(self) -> tuple[str, ...]:
         """Names of the searched hyperparameters, in file order."""
         return tuple(p.name for p in self.space)
+
+    @property
+    def num_trials(self) -> int:
+        """Trials Tune will run: num_samples times every grid's size."""
+        total = self.num_samples
+        for param in self.space:
+            if param.dist == "grid":
+                total *= len(param.args)
+        return total
 
     def param_space(self) -> dict:
         """Ray Tune's `param_space`: env, env_config, fixed values and search domains."""
@@ -73,7 +96,7 @@ class ExperimentSpec:
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
             "description": self.description, "trainable": self.trainable, "env": self.env,
             "env_config": self.env_config, "metric": self.metric, "mode": self.mode,
-            "budget": {"env_steps": self.budget_env_steps},
+            "budget": {"env_steps": self.budget_env_steps}, "stop_at": self.stop_at,
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
@@ -207,6 +230,7 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         metric=_typed(raw, "metric", str, where, default="episode_return_mean"),
         mode=mode,
         budget_env_steps=_budget(raw["budget"], where),
+        stop_at=_number(raw, "stop_at", where),
         searcher=_component(raw, "searcher", where, default="random"),
         scheduler=_component(raw, "scheduler", where, default="fifo"),
         num_samples=_positive_int(raw, "num_samples", where, default=1),
@@ -238,6 +262,16 @@ def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> in
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
     return value
+
+
+def _number(raw: dict, key: str, where: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fix = f"; write {value.replace('e', '.0e', 1)}" if isinstance(value, str) and "e" in value else ""
+        raise UserError(f"{where}: {key}: expected a number, got {_short(value)}{fix}")
+    return float(value)
 
 
 def _budget(value: Any, where: str) -> int:

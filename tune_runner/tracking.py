@@ -10,6 +10,7 @@ import math
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,12 @@ class MlflowTracking(Callback):
     """Child runs per trial under a parent run that the runner opened."""
 
     def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, logged_keys: tuple[str, ...],
-                 budget: int) -> None:
+                 ending: Callable[[dict], str]) -> None:
         self.uri = uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.logged_keys = logged_keys
-        self.budget = budget
+        self.ending = ending
         self.runs: dict[str, str] = {}
         self._client: Any = None
 
@@ -142,8 +143,8 @@ class MlflowTracking(Callback):
         self.mlflow.log_batch(run_id, metrics=metrics_of(result, step=step, now_ms=int(time.time() * 1000)))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        steps = (trial.last_result or {}).get("env_steps", 0)
-        self._finish(trial, "terminated" if steps >= self.budget else "stopped_early", "FINISHED")
+        ending = self.ending(trial.last_result or {})
+        self._finish(trial, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finish(trial, "errored", "FAILED", error=last_error_line(trial))

@@ -1,0 +1,284 @@
+"""Our PPO and DQN learners (tune_runner.algos): oracles, exact restore, masks, and short learning runs."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, ReplayBuffer, compute_gae, masked_logits
+from tune_runner.algos.common import Step
+from tune_runner.algos.ppo import sample_actions
+from tune_runner.algos.replay import NStepAccumulator
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The learners are single-threaded by design; tests must not take every core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- pure functions -------------------------------------------------------------------------------
+
+
+def test_gae_matches_a_hand_computed_oracle():
+    gamma, lam = 0.9, 0.8
+    # [time, env]. Env 0 terminates at t=1; env 1 is truncated at t=0. values[t + 1] is the value
+    # of what step t returned (the final observation when step t ended the episode).
+    rewards = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]])
+    values = np.array([[0.5, 1.0], [0.6, 2.0], [0.7, 3.0]])
+    terminated = np.array([[False, False], [True, False], [False, False]])
+    truncated = np.array([[False, True], [False, False], [False, False]])
+    last_values = np.array([0.8, 4.0])
+
+    # Env 0, backwards: delta_2 = 3 + 0.9 * 0.8 - 0.7 = 3.02                      -> A_2 = 3.02
+    #   t=1 terminated: delta_1 = 2 + 0 - 0.6 = 1.4, nothing carried over          -> A_1 = 1.4
+    #   delta_0 = 1 + 0.9 * 0.6 - 0.5 = 1.04; A_0 = 1.04 + 0.9 * 0.8 * 1.4         -> A_0 = 2.048
+    # Env 1: delta_2 = 1 + 0.9 * 4 - 3 = 1.6                                       -> A_2 = 1.6
+    #   delta_1 = 1 + 0.9 * 3 - 2 = 1.7; A_1 = 1.7 + 0.72 * 1.6                    -> A_1 = 2.852
+    #   t=0 truncated: bootstraps from V(final obs) = 2.0 but carries nothing back:
+    #   delta_0 = 1 + 0.9 * 2.0 - 1.0 = 1.8                                        -> A_0 = 1.8
+    expected = np.array([[2.048, 1.8], [1.4, 2.852], [3.02, 1.6]])
+
+    advantages, targets = compute_gae(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                                      last_values=last_values, gamma=gamma, lambda_=lam)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-12)
+    np.testing.assert_allclose(targets, expected + values, rtol=1e-12)
+
+
+def test_masked_actions_are_never_sampled():
+    gen = torch.Generator().manual_seed(0)
+    rng = np.random.default_rng(0)
+    mask = rng.random((500, 6)) < 0.4
+    mask[np.arange(500), rng.integers(0, 6, 500)] = True  # at least one allowed action per row
+    mask_t = torch.as_tensor(mask)
+    # Large logits on the forbidden actions: without the mask they would win almost always.
+    logits = torch.where(mask_t, 0.0, 10.0) + torch.randn(500, 6, generator=gen)
+    for _ in range(50):
+        actions = sample_actions(masked_logits(logits, mask_t), generator=gen)
+        assert mask[np.arange(500), actions.numpy()].all()
+    # Every allowed action still gets drawn sometimes: the mask removes, it does not bias to one.
+    counts = np.bincount(sample_actions(masked_logits(torch.zeros(20000, 3), torch.tensor([[True, False, True]])),
+                                        generator=gen).numpy(), minlength=3)
+    assert counts[1] == 0 and min(counts[0], counts[2]) > 9000
+
+
+def test_a_row_with_no_allowed_action_keeps_its_logits():
+    logits = torch.tensor([[1.0, 2.0]])
+    assert torch.equal(masked_logits(logits, torch.tensor([[False, False]])), logits)
+
+
+@pytest.mark.parametrize("config", [PPOConfig, DQNConfig])
+def test_from_dict_names_the_closest_key(config):
+    with pytest.raises(ValueError, match=r"unknown \w+Config key 'lrr'; did you mean 'lr'\?"):
+        config.from_dict({"lrr": 0.1})
+    assert config.from_dict({"lr": 0.1, "fcnet_hiddens": [32, 32]}).fcnet_hiddens == (32, 32)
+
+
+def test_config_values_are_checked_and_lambda_is_an_alias():
+    assert PPOConfig.from_dict({"lambda": 0.9}).lambda_ == 0.9
+    with pytest.raises(ValueError, match="gamma=1.5"):
+        PPOConfig(gamma=1.5)
+    with pytest.raises(ValueError, match="capacity"):
+        DQNConfig(replay_buffer_config={"capacity": 0})
+
+
+def test_epsilon_schedule_is_piecewise_linear_in_rllib_format():
+    config = DQNConfig.from_dict({"epsilon": [[0, 1.0], [1000, 0.1], [2000, 0.0]]})
+    assert [config.epsilon_at(s) for s in (0, 500, 1000, 1500, 10**6)] == pytest.approx([1.0, 0.55, 0.1, 0.05, 0.0])
+    assert DQNConfig(epsilon=0.2).epsilon_at(123) == 0.2
+
+
+def _ints(start: int, stop: int) -> dict[str, np.ndarray]:
+    return {"x": np.arange(start, stop, dtype=np.int64), "y": np.arange(start, stop, dtype=np.float32)[:, None]}
+
+
+def test_replay_buffer_wraps_around_and_round_trips_its_state():
+    buffer = ReplayBuffer(5, fields={"x": ((), np.int64), "y": ((1,), np.float32)})
+    buffer.add_batch(_ints(0, 3))
+    buffer.add_batch(_ints(3, 7))  # 7 rows into 5: 0 and 1 are overwritten
+    assert (len(buffer), buffer.pos, buffer.added) == (5, 2, 7)
+    assert buffer.data["x"].tolist() == [5, 6, 2, 3, 4]
+    assert buffer.chronological()["x"].tolist() == [2, 3, 4, 5, 6]
+
+    copy = ReplayBuffer(5, fields=buffer.fields)
+    copy.set_state(pickle.loads(pickle.dumps(buffer.get_state())))
+    a, b = buffer.sample(100, np.random.default_rng(1)), copy.sample(100, np.random.default_rng(1))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    buffer.add_batch(_ints(7, 8))
+    copy.add_batch(_ints(7, 8))
+    assert np.array_equal(buffer.data["x"], copy.data["x"]) and copy.pos == 3
+
+    smaller = ReplayBuffer(3, fields=buffer.fields)  # e.g. PBT changed the capacity
+    smaller.set_state(buffer.get_state())
+    assert smaller.chronological()["x"].tolist() == [5, 6, 7]
+    big_batch = ReplayBuffer(3, fields=buffer.fields)
+    big_batch.add_batch(_ints(0, 8))
+    assert big_batch.chronological()["x"].tolist() == [5, 6, 7]
+
+
+def test_n_step_returns_stop_at_the_episode_end_and_bootstrap_only_on_truncation():
+    acc = NStepAccumulator(n=2, gamma=0.5, num_envs=2, obs_dim=1)
+    out = []
+    # Env 0 terminates on the third step, env 1 is truncated there.
+    for t, (r, term, trunc) in enumerate([(1.0, False, False), (2.0, False, False), (3.0, True, True)]):
+        step = Step(np.array([r, r], np.float32), np.array([term, False]), np.array([False, trunc]),
+                    np.array([True, True]))
+        out.append(acc.push(obs=np.full((2, 1), t, np.float32), actions=np.array([t, t]), step=step,
+                            next_obs=np.full((2, 1), t + 1, np.float32), next_mask=None))
+    assert len(out[0]["rewards"]) == 0
+    assert out[1]["rewards"].tolist() == [2.0, 2.0]  # 1 + 0.5 * 2, from obs 0 to obs 2
+    assert out[1]["discount"].tolist() == [0.25, 0.25] and out[1]["next_obs"][:, 0].tolist() == [2, 2]
+    last = out[2]  # the episode end flushes both pending starts of each env
+    assert sorted(zip(last["obs"][:, 0].tolist(), last["rewards"].tolist(), last["discount"].tolist())) == [
+        (1, 3.5, 0.25), (1, 3.5, 0.25), (2, 3.0, 0.5), (2, 3.0, 0.5)]
+    assert last["terminated"].sum() == 2  # env 0's two; env 1's truncated ones still bootstrap
+
+
+# ---- learners ---------------------------------------------------------------------------------------
+
+
+def small_ppo(**overrides) -> PPOConfig:
+    return PPOConfig.from_dict({"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 2,
+                                "num_envs_per_env_runner": 4, "fcnet_hiddens": [16, 16], **overrides})
+
+
+def small_dqn(**overrides) -> DQNConfig:
+    # A capacity below the 2000 steps sampled makes the buffer wrap; n_step 3 leaves transitions pending.
+    return DQNConfig.from_dict({"num_envs_per_env_runner": 4, "fcnet_hiddens": [16, 16], "n_step": 3,
+                                "replay_buffer_config": {"capacity": 1500}, "target_network_update_freq": 300,
+                                "num_steps_sampled_before_learning_starts": 200, "training_intensity": 4,
+                                **overrides})
+
+
+def same(a: dict, b: dict) -> bool:
+    """Metrics equal, NaN included; `sps` is a timing."""
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (isinstance(a[k], float) and math.isnan(a[k]) and math.isnan(b[k])) for k in a if k != "sps")
+
+
+def same_weights(a, b) -> bool:
+    wa, wb = a.get_weights(), b.get_weights()
+    return all(np.array_equal(wa[net][k], wb[net][k]) for net in wa for k in wa[net])
+
+
+@pytest.mark.parametrize(("algo", "config"), [(PPO, small_ppo()), (PPO, small_ppo(gym_env_vectorize_mode="sync")),
+                                              (DQN, small_dqn())], ids=["ppo", "ppo-sync", "dqn"])
+def test_set_state_continues_exactly(algo, config):
+    original = algo(config, env_id="CartPole-v1")
+    original.train_iteration()
+    original.train_iteration()
+    state = pickle.loads(pickle.dumps(original.get_state()))  # as a checkpoint on disk would
+    assert state["env"]["snapshot"] is not None
+    restored = algo(config, env_id="CartPole-v1")
+    restored.set_state(state)
+    assert restored.stats.lengths.any()  # restored mid-episode, not at a convenient boundary
+    for _ in range(2):
+        assert same(original.train_iteration(), restored.train_iteration())
+    assert same_weights(original, restored)
+
+
+def test_same_seed_same_run_and_another_seed_differs():
+    a, b, c = (PPO(small_ppo(seed=s), env_id="CartPole-v1") for s in (3, 3, 4))
+    ma, mb, mc = a.train_iteration(), b.train_iteration(), c.train_iteration()
+    assert same(ma, mb) and same_weights(a, b)
+    assert not same(ma, mc)
+
+
+def test_restore_without_an_env_snapshot_resets_the_envs_and_trains_on():
+    original = PPO(small_ppo(), env_id="CartPole-v1")
+    original.train_iteration()
+    state = original.get_state()
+    state["env"]["snapshot"] = None  # what an env that cannot be pickled leaves
+    restored = PPO(small_ppo(), env_id="CartPole-v1")
+    restored.set_state(state)
+    assert restored.stats.episodes == original.stats.episodes and not restored.stats.lengths.any()
+    assert same_weights(original, restored)
+    assert restored.train_iteration()["env_steps"] > original.env_steps
+
+
+def test_dqn_state_can_leave_the_buffer_out():
+    learner = DQN(small_dqn(), env_id="CartPole-v1")
+    learner.train_iteration()
+    state = learner.get_state(include_buffer=False)
+    assert state["buffer"] is None and len(pickle.dumps(state)) < len(pickle.dumps(learner.get_state())) / 2
+    fresh = DQN(small_dqn(), env_id="CartPole-v1")
+    fresh.set_state(state)
+    assert len(fresh.buffer) == 0 and fresh.env_steps == learner.env_steps
+
+
+def test_autoreset_steps_are_not_counted_as_env_steps():
+    learner = PPO(small_ppo(), env_id="CartPole-v1")
+    batch = learner.collect(2000)
+    # Every transition is in a finished or a running episode; the autoreset steps are in neither.
+    assert batch["episode_lens"].sum() + learner.stats.lengths.sum() == batch["env_steps"] == learner.env_steps
+    # One autoreset step follows each finished episode, unless it ended on the last step.
+    assert batch["valid"].size - batch["env_steps"] == len(batch["episode_lens"]) - learner.env.resetting.sum()
+    assert (batch["rewards"][~batch["valid"]] == 0).all()
+
+
+class MaskedEnv(gym.Env):
+    """Refuses forbidden actions loudly, so any learner that takes one fails the test."""
+
+    observation_space = gym.spaces.Dict({"observations": gym.spaces.Box(-1, 1, (3,), np.float32),
+                                         "action_mask": gym.spaces.MultiBinary(4)})
+    action_space = gym.spaces.Discrete(4)
+
+    def _obs(self):
+        self.mask = self.np_random.random(4) < 0.5
+        self.mask[self.np_random.integers(4)] = True
+        return {"observations": self.np_random.uniform(-1, 1, 3).astype(np.float32),
+                "action_mask": self.mask.astype(np.int8)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if not self.mask[action]:
+            raise AssertionError(f"masked action {action} taken; mask {self.mask}")
+        self.t += 1
+        return self._obs(), float(action), self.t >= 7, False, {}
+
+
+@pytest.mark.parametrize("algo", [PPO, DQN])
+def test_learners_only_take_allowed_actions(algo):
+    if "TuneRlMaskedTest-v0" not in gym.registry:
+        gym.register("TuneRlMaskedTest-v0", entry_point=MaskedEnv)
+    config = small_ppo() if algo is PPO else small_dqn(num_steps_sampled_before_learning_starts=0)
+    learner = algo(config, env_id="TuneRlMaskedTest-v0")
+    learner.train_iteration()
+    obs = {"observations": np.zeros((64, 3), np.float32), "action_mask": np.eye(4, dtype=np.int8)[np.arange(64) % 4]}
+    for explore in (False, True):
+        assert (learner.compute_actions(obs, explore=explore) == np.arange(64) % 4).all()
+
+
+# ---- learning ---------------------------------------------------------------------------------------
+
+
+def train_until(learner, *, target: float, max_env_steps: int) -> dict:
+    result = {}
+    while learner.env_steps < max_env_steps:
+        result = learner.train_iteration()
+        if result["episode_return_mean"] >= target:
+            break
+    return result
+
+
+def test_ppo_learns_cartpole():
+    config = PPOConfig(lr=1e-3, train_batch_size=2000, vf_clip_param=None, seed=0)
+    result = train_until(PPO(config, env_id="CartPole-v1"), target=150, max_env_steps=60_000)
+    assert result["episode_return_mean"] >= 150, result
+
+
+def test_dqn_learns_cartpole():
+    result = train_until(DQN(DQNConfig(seed=0), env_id="CartPole-v1"), target=100, max_env_steps=30_000)
+    assert result["episode_return_mean"] >= 100, result

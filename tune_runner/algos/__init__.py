@@ -1,0 +1,14 @@
+"""Our own PyTorch learners (PPO, DQN) for discrete-action gymnasium envs; no Ray inside.
+
+Each learner owns a NEXT_STEP-autoreset vector env and offers `train_iteration()` (our metric
+names), `collect`/`learn` (split for remote rollouts), `get_state`/`set_state` (exact restore)
+and `get_weights`/`set_weights`. A Ray Tune trainable wraps them elsewhere.
+"""
+
+from tune_runner.algos.common import EpisodeStats, make_vec_env, masked_logits
+from tune_runner.algos.dqn import DQN, DQNConfig
+from tune_runner.algos.ppo import PPO, PPOConfig, compute_gae
+from tune_runner.algos.replay import ReplayBuffer
+
+__all__ = ["DQN", "PPO", "DQNConfig", "EpisodeStats", "PPOConfig", "ReplayBuffer", "compute_gae",
+           "make_vec_env", "masked_logits"]

@@ -1,0 +1,298 @@
+"""Pieces shared by our PPO and DQN learners: the vector env, episode stats, MLPs, RNG state.
+
+Autoreset: every vector env runs in gymnasium's NEXT_STEP mode, the default of gymnasium 1.x
+and the only mode that CartPole's numpy-vectorized env (`vector_entry_point`) supports. After
+a step that ends env i's episode, `obs[i]` is that episode's final observation (so a truncated
+episode can be bootstrapped from its value), and env i's next step ignores its action and
+returns its first observation with reward 0. `VecEnv` marks that step as not a transition
+(`valid` False); neither the step counters nor the losses count it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import random
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, NamedTuple, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from tune_runner.errors import unknown_name
+
+VECTORIZE_MODES = ("sync", "async", "vector_entry_point")
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+Config = TypeVar("Config")
+
+
+def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
+                     aliases: Mapping[str, str] | None = None) -> Config:
+    """`cls(**values)`, but an unknown key is a ValueError naming the closest valid key."""
+    aliases = aliases or {}
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in values.items():
+        key = aliases.get(key, key)
+        if key not in names:
+            raise ValueError(unknown_name(f"{cls.__name__} key", key, names))
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def check_positive(config: Any, *names: str) -> None:
+    """ValueError naming the first of `names` that is not > 0."""
+    for name in names:
+        value = getattr(config, name)
+        if not value > 0:
+            raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {name}={value!r}")
+
+
+def check_unit(config: Any, *names: str) -> None:
+    """ValueError naming the first of `names` that is not in [0, 1]."""
+    for name in names:
+        value = getattr(config, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{type(config).__name__}.{name} must be in [0, 1], got {name}={value!r}")
+
+
+def mlp(sizes: list[int] | tuple[int, ...], activation: str, *, activate_last: bool = False) -> nn.Sequential:
+    """Linear layers of `sizes[i] -> sizes[i + 1]` with `activation` between them."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(unknown_name("activation", activation, ACTIVATIONS))
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2 or activate_last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Logits (or Q-values) with the actions that `mask` forbids set to -inf.
+
+    A row that forbids every action is left alone: final observations of finished episodes
+    often carry an all-zero mask, and their action is never used.
+    """
+    if mask is None:
+        return logits
+    keep = mask | ~mask.any(dim=-1, keepdim=True)
+    return torch.where(keep, logits, torch.tensor(-torch.inf, dtype=logits.dtype, device=logits.device))
+
+
+def to_tensor(data: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`data` as a C-contiguous tensor in torch's own memory, never a view of a numpy array.
+
+    CPU kernels pick their path by strides and alignment (numpy aligns to 16 bytes, torch to
+    64), so the same numbers laid out differently can round differently in the last bit, and
+    exact restore would drift.
+    """
+    if isinstance(data, torch.Tensor):
+        return data.to(device).contiguous()
+    return torch.tensor(np.ascontiguousarray(data), device=device)
+
+
+def state_dict_copy(module: nn.Module) -> dict[str, torch.Tensor]:
+    """CPU copies of a module's tensors, so a saved state does not move on with training."""
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+class Rngs:
+    """The random generators a learner owns; none of them is global, so learners never disturb each other."""
+
+    def __init__(self, seed: int) -> None:
+        self.torch = torch.Generator().manual_seed(seed)
+        self.numpy = np.random.default_rng(seed)
+        self.python = random.Random(seed)
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue every stream exactly."""
+        return {"torch": self.torch.get_state(), "numpy": self.numpy.bit_generator.state,
+                "python": self.python.getstate()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from `get_state`'s output."""
+        self.torch.set_state(state["torch"])
+        self.numpy.bit_generator.state = state["numpy"]
+        self.python.setstate(state["python"])
+
+
+class Step(NamedTuple):
+    """What one vector step returns; `valid` is False for the autoreset steps (no transition)."""
+
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+
+
+def default_vectorize_mode(env_id: str) -> str:
+    """`vector_entry_point` where the env registers a numpy-vectorized version, else `sync`."""
+    return "vector_entry_point" if gym.spec(env_id).vector_entry_point else "sync"
+
+
+def make_vec_env(env_id: str, env_config: Mapping[str, Any] | None, num_envs: int, seed: int, *,
+                 vectorize_mode: str | None = None) -> VecEnv:
+    """`num_envs` copies of `env_id` (NEXT_STEP autoreset), reset with `seed`."""
+    mode = vectorize_mode or default_vectorize_mode(env_id)
+    if mode not in VECTORIZE_MODES:
+        raise ValueError(unknown_name("gym_env_vectorize_mode", mode, VECTORIZE_MODES))
+    kwargs = dict(env_config or {})
+    if mode != "vector_entry_point":
+        kwargs["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    autoreset = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
+        raise ValueError(f"{env_id}: our learners need NEXT_STEP autoreset, but the env uses {autoreset}")
+    return VecEnv(env, make=lambda: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs),
+                  seed=seed)
+
+
+def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A batch of observations as (float32 [batch, features], bool action mask or None)."""
+    mask = None
+    if isinstance(obs, Mapping):
+        obs, mask = obs["observations"], np.asarray(obs["action_mask"]).astype(bool, copy=False)
+    # C order always: CartPole's vector env hands out a transposed (Fortran-ordered) array, and
+    # a matmul over other strides rounds differently, which would break exact restore.
+    obs = np.ascontiguousarray(obs, dtype=np.float32)
+    return obs.reshape(len(obs), -1), mask
+
+
+class VecEnv:
+    """A NEXT_STEP gymnasium vector env with the autoreset steps made explicit, and state snapshots.
+
+    `obs` and `mask` always hold the latest observations (final ones for envs that just ended).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, *, make: Any, seed: int) -> None:
+        self.env, self._make = env, make
+        self.num_envs = env.num_envs
+        space = env.single_observation_space
+        if isinstance(space, gym.spaces.Dict):
+            if set(space.spaces) != {"observations", "action_mask"}:
+                raise ValueError(f"a Dict observation space needs exactly the keys 'observations' and "
+                                 f"'action_mask', got {sorted(space.spaces)}")
+            space = space["observations"]
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"observations must be a Box (or a Dict of a Box and an action_mask), got {space}")
+        action_space = env.single_action_space
+        if not isinstance(action_space, gym.spaces.Discrete) or action_space.start != 0:
+            raise ValueError(f"our learners need a Discrete action space starting at 0, got {action_space}")
+        self.obs_dim, self.num_actions = int(np.prod(space.shape)), int(action_space.n)
+        self.resetting = np.zeros(self.num_envs, dtype=bool)
+        self.obs, self.mask = split_obs(env.reset(seed=seed)[0])
+
+    @property
+    def masked(self) -> bool:
+        return self.mask is not None
+
+    def step(self, actions: np.ndarray) -> Step:
+        """One step of every env; `self.obs`/`self.mask` move on."""
+        valid = ~self.resetting
+        raw, rewards, terminated, truncated, _ = self.env.step(actions)
+        self.resetting = terminated | truncated
+        self.obs, self.mask = split_obs(raw)
+        return Step(np.asarray(rewards, dtype=np.float32), terminated, truncated, valid)
+
+    def get_state(self) -> dict[str, Any]:
+        """Current observations, autoreset flags, and a pickled copy of the envs where that is exact."""
+        return {"obs": self.obs.copy(), "mask": None if self.mask is None else self.mask.copy(),
+                "resetting": self.resetting.copy(), "num_envs": self.num_envs, "snapshot": self._snapshot()}
+
+    def set_state(self, state: Mapping[str, Any], *, seed: int) -> bool:
+        """Restore `get_state`; True when exact, False when the envs were reset with `seed` instead."""
+        restored = state["num_envs"] == self.num_envs and state["snapshot"] is not None
+        if restored:
+            self.env.close()
+            self.env = self._restore(state["snapshot"], state["resetting"])
+            self.obs, self.resetting = state["obs"].copy(), state["resetting"].copy()
+            self.mask = None if state["mask"] is None else state["mask"].copy()
+        else:
+            self.resetting[:] = False
+            self.obs, self.mask = split_obs(self.env.reset(seed=seed)[0])
+        return restored
+
+    def _snapshot(self) -> bytes | None:
+        # EzPickle envs (Box2D, MuJoCo, ...) unpickle as freshly built ones, so a snapshot would lie.
+        env = self.env
+        if isinstance(env, gym.vector.SyncVectorEnv):
+            subs = env.envs
+            if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in subs):
+                return None
+            return _try_pickle(subs)
+        if isinstance(env, gym.vector.AsyncVectorEnv) or isinstance(env.unwrapped, gym.utils.EzPickle):
+            return None
+        return _try_pickle(env)
+
+    def _restore(self, snapshot: bytes, resetting: np.ndarray) -> gym.vector.VectorEnv:
+        restored = pickle.loads(snapshot)
+        if not isinstance(restored, list):
+            return restored
+        env = self._make()  # a SyncVectorEnv holds env factories (closures), so only its envs were pickled
+        env.envs = restored
+        env._autoreset_envs = resetting.copy()
+        return env
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _try_pickle(obj: Any) -> bytes | None:
+    try:
+        return pickle.dumps(obj)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+
+
+class EpisodeStats:
+    """Per-env running returns and lengths, and a window of the last finished episodes."""
+
+    def __init__(self, num_envs: int, *, window: int = 100) -> None:
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.episodes = 0
+
+    def update(self, step: Step) -> tuple[np.ndarray, np.ndarray]:
+        """Add one vector step; returns the (returns, lengths) of the episodes it finished."""
+        self.returns += np.where(step.valid, step.rewards, 0.0)
+        self.lengths += step.valid
+        done = np.flatnonzero((step.terminated | step.truncated) & step.valid)
+        finished = self.returns[done].copy(), self.lengths[done].copy()
+        if len(done):
+            self.recent_returns.extend(finished[0].tolist())
+            self.recent_lengths.extend(finished[1].tolist())
+            self.episodes += len(done)
+            self.returns[done], self.lengths[done] = 0.0, 0
+        return finished
+
+    def drop_running(self) -> None:
+        """Forget the episodes in progress (after the envs were reset under them)."""
+        self.returns[:], self.lengths[:] = 0.0, 0
+
+    def return_mean(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+
+    def len_mean(self) -> float:
+        return float(np.mean(self.recent_lengths)) if self.recent_lengths else float("nan")
+
+    def get_state(self) -> dict[str, Any]:
+        return {"returns": self.returns.copy(), "lengths": self.lengths.copy(), "episodes": self.episodes,
+                "recent_returns": list(self.recent_returns), "recent_lengths": list(self.recent_lengths)}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore `get_state`; a different window size keeps the newest episodes."""
+        if len(state["returns"]) == len(self.returns):
+            self.returns[:], self.lengths[:] = state["returns"], state["lengths"]
+        else:
+            self.drop_running()
+        self.recent_returns.clear()
+        self.recent_lengths.clear()
+        self.recent_returns.extend(state["recent_returns"])
+        self.recent_lengths.extend(state["recent_lengths"])
+        self.episodes = int(state["episodes"])

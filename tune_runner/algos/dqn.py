@@ -1,0 +1,311 @@
+"""DQN for discrete actions on gymnasium vector envs, in one file, with RLlib's setting names.
+
+Sampling and learning interleave as in RLlib: each vector step (`collect(num_envs)`) goes into
+the replay buffer, then `learn` runs as many gradient steps as `training_intensity` asks.
+`collect` returns plain numpy transitions, so a remote-rollout mode can run it in other
+processes after `set_weights` and ship the batch to the learner's `learn`.
+
+Truncation bootstraps: a transition stores `terminated` apart from truncation, and NEXT_STEP
+autoreset gives the final observation as its `next_obs`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tune_runner.algos.common import (
+    EpisodeStats,
+    Rngs,
+    check_positive,
+    check_unit,
+    config_from_dict,
+    make_vec_env,
+    masked_logits,
+    mlp,
+    split_obs,
+    state_dict_copy,
+    to_tensor,
+)
+from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """DQN settings, named as in RLlib's DQNConfig."""
+
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_batch_size: int = 64
+    """Transitions per gradient step."""
+    replay_buffer_config: Mapping[str, Any] = field(default_factory=lambda: {"capacity": 50000})
+    """Only `capacity` (transitions) is read; RLlib's other keys are accepted and ignored."""
+    num_steps_sampled_before_learning_starts: int = 1000
+    """Env steps sampled before the first gradient step."""
+    target_network_update_freq: int = 500
+    """Env steps between copies of the Q network into the target network."""
+    epsilon: Any = ((0, 1.0), (10000, 0.05))
+    """A constant, or [[env_step, value], ...] interpolated linearly (RLlib's format)."""
+    training_intensity: float | None = None
+    """Trained transitions per sampled env step; None: one gradient step per vector step."""
+    n_step: int = 1
+    """Steps of the n-step return."""
+    double_q: bool = True
+    """Pick the next action with the online network, value it with the target network."""
+    dueling: bool = False
+    """Separate value and advantage heads."""
+    num_envs_per_env_runner: int = 8
+    """Envs stepped together in one vector env."""
+    fcnet_hiddens: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of the Q network."""
+    fcnet_activation: str = "relu"
+    """tanh, relu, elu or silu."""
+    grad_clip: float | None = 10.0
+    """Max global gradient norm; None disables."""
+    td_error_loss_fn: str = "huber"
+    """huber or mse."""
+    metrics_num_episodes_for_smoothing: int = 100
+    """Finished episodes that episode_return_mean averages over."""
+    gym_env_vectorize_mode: str | None = None
+    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
+    seed: int = 0
+    """Seeds the network, the envs and every random draw of the learner."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
+        if not isinstance(self.epsilon, (int, float)):
+            object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
+        optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
+        check_positive(self, "lr", "train_batch_size", "capacity", "target_network_update_freq", "n_step",
+                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
+        check_unit(self, "gamma")
+        if self.td_error_loss_fn not in ("huber", "mse"):
+            raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
+
+    @property
+    def capacity(self) -> int:
+        return int(self.replay_buffer_config.get("capacity", 50000))
+
+    def epsilon_at(self, env_steps: int) -> float:
+        """The exploration rate after `env_steps` sampled env steps."""
+        if isinstance(self.epsilon, (int, float)):
+            return float(self.epsilon)
+        steps, values = zip(*self.epsilon, strict=True)
+        return float(np.interp(env_steps, steps, values))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> DQNConfig:
+        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
+        return config_from_dict(cls, values)
+
+
+class QNetwork(nn.Module):
+    """Q-values from an MLP; with `dueling`, V(s) + A(s, a) - mean_a A(s, a)."""
+
+    def __init__(self, *, obs_dim: int, num_actions: int, hiddens: tuple[int, ...], activation: str,
+                 dueling: bool) -> None:
+        super().__init__()
+        self.dueling = dueling
+        if dueling:
+            self.trunk = mlp([obs_dim, *hiddens], activation, activate_last=True)
+            self.value, self.advantage = nn.Linear(hiddens[-1], 1), nn.Linear(hiddens[-1], num_actions)
+        else:
+            self.trunk = mlp([obs_dim, *hiddens, num_actions], activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.dueling:
+            return self.trunk(obs)
+        features = self.trunk(obs)
+        advantage = self.advantage(features)
+        return self.value(features) + advantage - advantage.mean(-1, keepdim=True)
+
+
+class DQN:
+    """A DQN learner with its own vector env and replay buffer; no Ray inside."""
+
+    def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
+                 device: str = "cpu") -> None:
+        self.config, self.env_id, self.device = config, env_id, torch.device(device)
+        self.env = env = make_vec_env(env_id, env_config, config.num_envs_per_env_runner, config.seed,
+                                      vectorize_mode=config.gym_env_vectorize_mode)
+        self.rngs = Rngs(config.seed)
+        with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
+            torch.manual_seed(config.seed)
+            self.q = QNetwork(obs_dim=env.obs_dim, num_actions=env.num_actions, hiddens=config.fcnet_hiddens,
+                              activation=config.fcnet_activation, dueling=config.dueling).to(self.device)
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=config.lr)
+        self.buffer = ReplayBuffer(config.capacity, fields={
+            "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
+            "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
+            **({"next_mask": ((env.num_actions,), bool)} if env.masked else {})})
+        self.nstep = NStepAccumulator(n=config.n_step, gamma=config.gamma, num_envs=env.num_envs,
+                                      obs_dim=env.obs_dim)
+        self.stats = EpisodeStats(env.num_envs, window=config.metrics_num_episodes_for_smoothing)
+        self.env_steps = 0
+        self._last_target_update = 0
+        self._update_credit = 0.0  # fractional gradient steps owed under training_intensity
+
+    # ---- acting -------------------------------------------------------------------------------
+
+    def _greedy(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        with torch.no_grad():
+            q = self.q(to_tensor(obs, self.device))
+            q = masked_logits(q, None if mask is None else to_tensor(mask, self.device))
+        return q.argmax(-1).cpu().numpy()
+
+    def _act(self, obs: np.ndarray, mask: np.ndarray | None, epsilon: float) -> np.ndarray:
+        actions = self._greedy(obs, mask)
+        rng = self.rngs.numpy
+        explore = rng.random(len(obs)) < epsilon
+        # A uniform draw among the allowed actions: argmax of uniform noise over the masked-in ones.
+        noise = rng.random((len(obs), self.env.num_actions))
+        if mask is not None:
+            noise = np.where(mask | ~mask.any(-1, keepdims=True), noise, -1.0)
+        return np.where(explore, noise.argmax(-1), actions)
+
+    def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
+        """Actions for a batch of observations (a Dict batch for masked envs); explore is epsilon-greedy."""
+        obs, mask = split_obs(obs)
+        return self._act(obs, mask, self.config.epsilon_at(self.env_steps)) if explore else self._greedy(obs, mask)
+
+    # ---- sampling -----------------------------------------------------------------------------
+
+    def collect(self, num_steps: int) -> dict[str, Any]:
+        """Run epsilon-greedy for ceil(num_steps / num_envs) vector steps; the finished n-step transitions.
+
+        Returns `transitions` (dict of numpy arrays, one row each), `env_steps` (autoreset steps
+        excluded) and the finished episodes' `episode_returns` / `episode_lens`; counts them into
+        this learner's stats, whose env_steps also drive the epsilon schedule.
+        """
+        env, parts, finished, steps = self.env, [], [], 0
+        for _ in range(-(-num_steps // env.num_envs)):
+            obs = env.obs
+            actions = self._act(obs, env.mask, self.config.epsilon_at(self.env_steps))
+            step = env.step(actions)
+            parts.append(self.nstep.push(obs=obs, actions=actions, step=step, next_obs=env.obs,
+                                         next_mask=env.mask))
+            finished.append(self.stats.update(step))
+            n = int(step.valid.sum())
+            self.env_steps, steps = self.env_steps + n, steps + n
+        transitions = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return {"transitions": transitions, "env_steps": steps,
+                "episode_returns": np.concatenate([r for r, _ in finished]),
+                "episode_lens": np.concatenate([n for _, n in finished])}
+
+    # ---- learning -----------------------------------------------------------------------------
+
+    def learn(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """Store a `collect` batch, then run the gradient steps it earns; summed losses and the count."""
+        c = self.config
+        self.buffer.add_batch(batch["transitions"])
+        sums, updates = torch.zeros(2), 0
+        if self.env_steps >= c.num_steps_sampled_before_learning_starts and len(self.buffer) >= c.train_batch_size:
+            # training_intensity is trained / sampled transitions; None means one step per vector step.
+            intensity = c.training_intensity or c.train_batch_size / c.num_envs_per_env_runner
+            self._update_credit += batch["env_steps"] * intensity / c.train_batch_size
+            while self._update_credit >= 1.0:
+                sums += self._update(self.buffer.sample(c.train_batch_size, self.rngs.numpy))
+                self._update_credit -= 1.0
+                updates += 1
+        if self.env_steps - self._last_target_update >= c.target_network_update_freq:
+            self.target.load_state_dict(self.q.state_dict())
+            self._last_target_update = self.env_steps
+        return {"qf_loss_sum": float(sums[0]), "td_error_sum": float(sums[1]), "num_updates": updates}
+
+    def _update(self, sample: dict[str, np.ndarray]) -> torch.Tensor:
+        c = self.config
+        s = {k: to_tensor(v, self.device) for k, v in sample.items()}
+        q = self.q(s["obs"]).gather(1, s["actions"][:, None]).squeeze(1)
+        with torch.no_grad():
+            next_mask = s.get("next_mask")
+            next_target = masked_logits(self.target(s["next_obs"]), next_mask)
+            if c.double_q:
+                best = masked_logits(self.q(s["next_obs"]), next_mask).argmax(-1, keepdim=True)
+                next_value = next_target.gather(1, best).squeeze(1)
+            else:
+                next_value = next_target.max(-1).values
+            next_value = torch.where(s["terminated"], 0.0, next_value)
+            target = s["rewards"] + s["discount"] * next_value
+        td_error = q - target
+        loss_fn = nn.functional.huber_loss if c.td_error_loss_fn == "huber" else nn.functional.mse_loss
+        loss = loss_fn(q, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.q.parameters(), c.grad_clip)
+        self.optimizer.step()
+        return torch.stack([loss.detach(), td_error.detach().abs().mean()]).cpu()
+
+    def train_iteration(self) -> dict[str, float]:
+        """max(1000, num_envs) env steps, each vector step followed by its gradient steps; our metric names."""
+        start, sampled = time.perf_counter(), 0
+        loss_sum = td_sum = 0.0
+        updates = 0
+        for _ in range(-(-max(1000, self.env.num_envs) // self.env.num_envs)):
+            batch = self.collect(self.env.num_envs)
+            learned = self.learn(batch)
+            sampled += batch["env_steps"]
+            loss_sum, td_sum = loss_sum + learned["qf_loss_sum"], td_sum + learned["td_error_sum"]
+            updates += learned["num_updates"]
+        nan = float("nan")
+        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
+                "episodes": self.stats.episodes, "env_steps": self.env_steps,
+                "qf_loss": loss_sum / updates if updates else nan, "td_error_mean": td_sum / updates if updates else nan,
+                "epsilon": self.config.epsilon_at(self.env_steps), "lr": self.config.lr,
+                "sps": sampled / (time.perf_counter() - start)}
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """Q network parameters as numpy arrays (what a rollout worker needs)."""
+        return {"q": {k: v.numpy() for k, v in state_dict_copy(self.q).items()}}
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
+        self.q.load_state_dict({k: torch.as_tensor(v) for k, v in weights["q"].items()})
+
+    def get_state(self, *, include_buffer: bool = True) -> dict[str, Any]:
+        """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner.
+
+        The replay buffer is in by default (PBT's exploit copies a trial's state into another,
+        and a DQN without its buffer relearns from scratch); leave it out for small checkpoints.
+        """
+        return {"q": state_dict_copy(self.q), "target": state_dict_copy(self.target),
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "rngs": self.rngs.get_state(),
+                "stats": self.stats.get_state(), "env_steps": self.env_steps, "env": self.env.get_state(),
+                "nstep": self.nstep.get_state(), "last_target_update": self._last_target_update,
+                "update_credit": self._update_credit,
+                "buffer": self.buffer.get_state() if include_buffer else None}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from `get_state`. This learner's config wins (PBT may have changed lr)."""
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr
+        self.rngs.set_state(state["rngs"])
+        self.stats.set_state(state["stats"])
+        self.env_steps = int(state["env_steps"])
+        self._last_target_update, self._update_credit = state["last_target_update"], state["update_credit"]
+        if state["buffer"] is not None:
+            self.buffer.set_state(state["buffer"])
+        exact = self.env.set_state(state["env"], seed=self.rngs.python.randrange(2**31))
+        if exact and self.nstep.n == state["nstep"]["n"]:
+            self.nstep.set_state(state["nstep"])
+        else:
+            self.stats.drop_running()
+            self.nstep.clear()
+
+    def close(self) -> None:
+        self.env.close()
