@@ -127,19 +127,21 @@ def test_replay_buffer_wraps_around_and_round_trips_its_state():
 def test_n_step_returns_stop_at_the_episode_end_and_bootstrap_only_on_truncation():
     acc = NStepAccumulator(n=2, gamma=0.5, num_envs=2, obs_dim=1)
     out = []
-    # Env 0 terminates on the third step, env 1 is truncated there.
-    for t, (r, term, trunc) in enumerate([(1.0, False, False), (2.0, False, False), (3.0, True, True)]):
+    # Env 0 terminates on the third step, env 1 is truncated there; the fourth is their autoreset step.
+    steps = [(1.0, False, False, True), (2.0, False, False, True), (3.0, True, True, True), (0.0, False, False, False)]
+    for t, (r, term, trunc, valid) in enumerate(steps):
         step = Step(np.array([r, r], np.float32), np.array([term, False]), np.array([False, trunc]),
-                    np.array([True, True]))
+                    np.array([valid, valid]))
         out.append(acc.push(obs=np.full((2, 1), t, np.float32), actions=np.array([t, t]), step=step,
                             next_obs=np.full((2, 1), t + 1, np.float32), next_mask=None))
     assert len(out[0]["rewards"]) == 0
     assert out[1]["rewards"].tolist() == [2.0, 2.0]  # 1 + 0.5 * 2, from obs 0 to obs 2
     assert out[1]["discount"].tolist() == [0.25, 0.25] and out[1]["next_obs"][:, 0].tolist() == [2, 2]
     last = out[2]  # the episode end flushes both pending starts of each env
-    assert sorted(zip(last["obs"][:, 0].tolist(), last["rewards"].tolist(), last["discount"].tolist())) == [
-        (1, 3.5, 0.25), (1, 3.5, 0.25), (2, 3.0, 0.5), (2, 3.0, 0.5)]
+    rows = zip(last["obs"][:, 0].tolist(), last["rewards"].tolist(), last["discount"].tolist(), strict=True)
+    assert sorted(rows) == [(1, 3.5, 0.25), (1, 3.5, 0.25), (2, 3.0, 0.5), (2, 3.0, 0.5)]
     assert last["terminated"].sum() == 2  # env 0's two; env 1's truncated ones still bootstrap
+    assert len(out[3]["rewards"]) == 0  # nothing pending survives the episode end
 
 
 # ---- learners ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ def tiny_ppo_small(path: Path) -> Path:
     raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
     raw["budget"] = {"env_steps": 3000}
     raw["searcher"] = "random"
+    raw["num_samples"] = 1  # the grid alone gives the four trials
     raw["scheduler"] = {"name": "asha", "grace_period": 500, "reduction_factor": 2}
     raw["fixed"].update(num_envs_per_env_runner=4, train_batch_size_per_learner=500, minibatch_size=128,
                         num_epochs=4, seed=0, metrics_num_episodes_for_smoothing=10)

@@ -249,21 +249,19 @@ class DQN:
 
     def train_iteration(self) -> dict[str, float]:
         """max(1000, num_envs) env steps, each vector step followed by its gradient steps; our metric names."""
-        start, sampled = time.perf_counter(), 0
+        start, sampled, updates = time.perf_counter(), 0, 0
         loss_sum = td_sum = 0.0
-        updates = 0
         for _ in range(-(-max(1000, self.env.num_envs) // self.env.num_envs)):
             batch = self.collect(self.env.num_envs)
             learned = self.learn(batch)
             sampled += batch["env_steps"]
             loss_sum, td_sum = loss_sum + learned["qf_loss_sum"], td_sum + learned["td_error_sum"]
             updates += learned["num_updates"]
-        nan = float("nan")
+        per_update = 1.0 / updates if updates else float("nan")
         return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
-                "episodes": self.stats.episodes, "env_steps": self.env_steps,
-                "qf_loss": loss_sum / updates if updates else nan, "td_error_mean": td_sum / updates if updates else nan,
-                "epsilon": self.config.epsilon_at(self.env_steps), "lr": self.config.lr,
-                "sps": sampled / (time.perf_counter() - start)}
+                "episodes": self.stats.episodes, "env_steps": self.env_steps, "qf_loss": loss_sum * per_update,
+                "td_error_mean": td_sum * per_update, "epsilon": self.config.epsilon_at(self.env_steps),
+                "lr": self.config.lr, "sps": sampled / (time.perf_counter() - start)}
 
     # ---- state --------------------------------------------------------------------------------
 
