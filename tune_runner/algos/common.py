@@ -14,7 +14,7 @@ import dataclasses
 import pickle
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 import gymnasium as gym
@@ -134,7 +134,7 @@ def default_vectorize_mode(env_id: str) -> str:
     return "vector_entry_point" if gym.spec(env_id).vector_entry_point else "sync"
 
 
-def make_vec_env(env_id: str, env_config: Mapping[str, Any] | None, num_envs: int, seed: int, *,
+def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs: int, seed: int,
                  vectorize_mode: str | None = None) -> VecEnv:
     """`num_envs` copies of `env_id` (NEXT_STEP autoreset), reset with `seed`."""
     mode = vectorize_mode or default_vectorize_mode(env_id)
@@ -168,7 +168,7 @@ class VecEnv:
     `obs` and `mask` always hold the latest observations (final ones for envs that just ended).
     """
 
-    def __init__(self, env: gym.vector.VectorEnv, *, make: Any, seed: int) -> None:
+    def __init__(self, env: gym.vector.VectorEnv, *, make: Callable[[], gym.vector.VectorEnv], seed: int) -> None:
         self.env, self._make = env, make
         self.num_envs = env.num_envs
         space = env.single_observation_space

@@ -53,7 +53,7 @@ class DQNConfig:
     """Env steps sampled before the first gradient step."""
     target_network_update_freq: int = 500
     """Env steps between copies of the Q network into the target network."""
-    epsilon: Any = ((0, 1.0), (10000, 0.05))
+    epsilon: float | tuple[tuple[int, float], ...] = ((0, 1.0), (10000, 0.05))
     """A constant, or [[env_step, value], ...] interpolated linearly (RLlib's format)."""
     training_intensity: float | None = None
     """Trained transitions per sampled env step; None: one gradient step per vector step."""
@@ -136,8 +136,8 @@ class DQN:
     def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
-        self.env = env = make_vec_env(env_id, env_config, config.num_envs_per_env_runner, config.seed,
-                                      vectorize_mode=config.gym_env_vectorize_mode)
+        self.env = env = make_vec_env(env_id, env_config=env_config, num_envs=config.num_envs_per_env_runner,
+                                      seed=config.seed, vectorize_mode=config.gym_env_vectorize_mode)
         self.rngs = Rngs(config.seed)
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
             torch.manual_seed(config.seed)

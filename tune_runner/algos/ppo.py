@@ -136,8 +136,8 @@ class PPO:
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
-        self.env = make_vec_env(env_id, env_config, config.num_envs_per_env_runner, config.seed,
-                                vectorize_mode=config.gym_env_vectorize_mode)
+        self.env = make_vec_env(env_id, env_config=env_config, num_envs=config.num_envs_per_env_runner,
+                                seed=config.seed, vectorize_mode=config.gym_env_vectorize_mode)
         self.rngs = Rngs(config.seed)
         sizes = [self.env.obs_dim, *config.fcnet_hiddens]
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
