@@ -75,17 +75,17 @@ def prepare(spec: ExperimentSpec) -> Prepared:
 
     where = spec.source
     try:
-        algo = trainables.algorithm_name(spec.trainable)
+        trainable = trainables.resolve(spec.trainable)
     except UserError as exc:
         raise UserError(f"{where}: trainable: {exc}") from None
     keys = list(spec.fixed) + list(spec.searched)
-    for key, problem in trainables.check_settings(algo, keys):
+    for key, problem in trainables.check_settings(trainable, keys):
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{where}: {section}.{key}: {problem}")
     check_env(spec.env, where=where)
     example = {**spec.fixed, **{p.name: p.example() for p in spec.space},
                "env": spec.env, "env_config": spec.env_config}
-    problem = trainables.check_config(algo, example)
+    problem = trainables.check_config(trainable, example)
     if problem:
         raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
     scheduler = schedulers.build_scheduler(spec.scheduler, budget=spec.budget_env_steps, where=where)

@@ -1,8 +1,9 @@
-"""Trainables by name: `rllib/<ALGO>` wraps any RLlib algorithm in a lean Tune trainable.
+"""Trainables by name: our own `ppo` and `dqn`, and `rllib/<ALGO>` for any RLlib algorithm.
 
-The wrapper (not RLlib's own Tune integration) is what keeps results small: a trial
-reports our metric names (tune_runner.metrics), never RLlib's several-hundred-key
-result and config.
+Both report our metric names (tune_runner.metrics). The RLlib wrapper (not RLlib's own
+Tune integration) is what keeps results small: never RLlib's several-hundred-key result.
+The functions at the bottom (`check_settings`, `check_config`, `trainable_class`) take any
+trainable name and dispatch to the backend.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tune_runner import metrics
 from tune_runner.errors import UserError, closest, unknown_name
 
 RLLIB_PREFIX = "rllib/"
+OWN = ("ppo", "dqn")
 # Keys of our trial config that are not RLlib AlgorithmConfig attributes.
 ENV_KEYS = ("env", "env_config")
 
@@ -30,7 +32,7 @@ def rllib_algorithms() -> list[str]:
 
 def trainable_names() -> list[str]:
     """Every trainable name a space file may use."""
-    return [RLLIB_PREFIX + name for name in rllib_algorithms()]
+    return [*OWN, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
 
 
 def algorithm_name(trainable: str) -> str:
@@ -45,6 +47,16 @@ def algorithm_name(trainable: str) -> str:
             raise UserError(f"unknown trainable {trainable!r}; did you mean "
                             f"{RLLIB_PREFIX + upper[algo.upper()]!r}? (names are case-sensitive)")
     raise UserError(unknown_name("trainable", trainable, trainable_names()))
+
+
+def resolve(trainable: str) -> str:
+    """Check a trainable name: `ppo`, `dqn` or `rllib/<ALGO>` (did-you-mean otherwise)."""
+    if trainable in OWN:
+        return trainable
+    if trainable.lower() in OWN:
+        raise UserError(f"unknown trainable {trainable!r}; did you mean {trainable.lower()!r}?")
+    algorithm_name(trainable)
+    return trainable
 
 
 def rllib_config(algo: str, config: dict[str, Any]) -> Any:
@@ -69,7 +81,43 @@ def nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
+def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]:
+    """(key, message) for every key that is not a setting of the trainable."""
+    if trainable in OWN:
+        from tune_runner.own_trainable import setting_names
+
+        valid = setting_names(trainable)
+        problems = []
+        for key in keys:
+            top = key.split(".")[0]
+            if top not in valid and top not in ENV_KEYS:
+                near = closest(top, valid)
+                hint = f"did you mean {near!r}?" if near else f"its settings: {', '.join(sorted(valid))}"
+                problems.append((key, f"not a setting of {trainable}; {hint}"))
+        return problems
+    return _check_rllib_settings(algorithm_name(trainable), keys)
+
+
+def check_config(trainable: str, config: dict[str, Any]) -> str | None:
+    """The backend's own validation of one concrete config, before launch; the problem's first line."""
+    if trainable in OWN:
+        from tune_runner.own_trainable import check_config as check_own
+
+        return check_own(trainable, config)
+    return _check_rllib_config(algorithm_name(trainable), config)
+
+
+def trainable_class(trainable: str) -> type[tune.Trainable]:
+    """The Tune trainable class for a trainable name (named after the algorithm)."""
+    if trainable in OWN:
+        from tune_runner.own_trainable import own_trainable_class
+
+        return own_trainable_class(trainable)
+    algo = algorithm_name(trainable)
+    return type(algo, (RLlibTrainable,), {"algo_name": algo, "__module__": __name__})
+
+
+def _check_rllib_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
     """(key, message) for every key that is not a setting of the RLlib algorithm.
 
     RLlib's `update_from_dict` silently sets unknown attributes, so a typo like
@@ -91,8 +139,8 @@ def check_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
     return problems
 
 
-def check_config(algo: str, config: dict[str, Any]) -> str | None:
-    """RLlib's own validation of one concrete config, before launch; the problem's first line."""
+def _check_rllib_config(algo: str, config: dict[str, Any]) -> str | None:
+    """RLlib's own validation of one concrete config; the problem's first line."""
     try:
         rllib_config(algo, config).validate()
     except (ValueError, TypeError) as exc:
@@ -139,9 +187,3 @@ class RLlibTrainable(tune.Trainable):
 
         return _get_algorithm_class(cls.algo_name).default_resource_request(
             rllib_config(cls.algo_name, config))
-
-
-def trainable_class(trainable: str) -> type[tune.Trainable]:
-    """The Tune trainable class for a trainable name (named after the algorithm)."""
-    algo = algorithm_name(trainable)
-    return type(algo, (RLlibTrainable,), {"algo_name": algo, "__module__": __name__})

@@ -1,0 +1,152 @@
+"""Our own PPO and DQN as Tune trainables: the learners of tune_runner.algos in a trial.
+
+`num_env_runners: 0` (the default) keeps everything in the trial process. With N > 0 the
+trial starts the seeds' architecture inside its placement group (tune_runner.rollouts):
+a parameter server, N rollout workers and, for DQN, a replay-buffer actor.
+
+Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
+`train_batch_size` so one space file serves both backends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ray import tune
+
+# Keys of a trial config that are ours, not the learner's.
+TRIAL_KEYS = ("env", "env_config", "num_env_runners")
+ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
+CHECKPOINT_FILE = "learner.pkl"
+
+
+def learner_classes(name: str) -> tuple[type, type]:
+    """(learner class, config class) for `ppo` or `dqn`."""
+    from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig
+
+    return {"ppo": (PPO, PPOConfig), "dqn": (DQN, DQNConfig)}[name]
+
+
+def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The learner's part of a flat trial config: aliases renamed, dotted keys nested."""
+    from tune_runner.trainables import nest
+
+    flat = {ALIASES.get(k, k): v for k, v in config.items() if k not in TRIAL_KEYS}
+    return nest(flat)
+
+
+def setting_names(name: str) -> list[str]:
+    """Every top-level key a space file may set for our `ppo` / `dqn`."""
+    _, config_cls = learner_classes(name)
+    return [f.name for f in dataclasses.fields(config_cls)] + list(ALIASES) + ["num_env_runners"]
+
+
+def check_config(name: str, config: dict[str, Any]) -> str | None:
+    """The learner config's own validation, as one line (None when fine)."""
+    _, config_cls = learner_classes(name)
+    try:
+        config_cls.from_dict(learner_settings(config))
+    except (ValueError, TypeError) as exc:
+        return str(exc).strip().splitlines()[0]
+    runners = config.get("num_env_runners", 0)
+    if isinstance(runners, bool) or not isinstance(runners, int) or runners < 0:
+        return f"num_env_runners must be a whole number >= 0, got {runners!r}"
+    return None
+
+
+def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:
+    """A learner for one trial config (rollout workers pass a seed offset)."""
+    learner_cls, config_cls = learner_classes(name)
+    settings = config_cls.from_dict(learner_settings(config))
+    if seed_offset:
+        settings = dataclasses.replace(settings, seed=settings.seed + seed_offset)
+    return learner_cls(settings, env_id=config["env"], env_config=config.get("env_config") or {}, device=device)
+
+
+def trial_device() -> str:
+    """`cuda` when Ray gave this trial a GPU, else `cpu`."""
+    import ray
+
+    return "cuda" if ray.get_gpu_ids() else "cpu"
+
+
+def trial_threads() -> int:
+    """Torch threads = the CPUs Ray assigned to this trial's process (at least 1)."""
+    import ray
+
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
+    except Exception:  # noqa: BLE001 - outside a Ray worker (tests, `python -c`)
+        cpus = 1
+    return max(1, int(cpus))
+
+
+class OwnTrainable(tune.Trainable):
+    """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer)."""
+
+    learner_name: ClassVar[str] = "ppo"
+
+    def setup(self, config: dict[str, Any]) -> None:
+        import torch
+
+        torch.set_num_threads(trial_threads())
+        self.learner = build_learner(self.learner_name, config, device=trial_device())
+        self.runners = None
+        if config.get("num_env_runners", 0) > 0:
+            from tune_runner.rollouts import RolloutGroup
+
+            self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
+
+    def step(self) -> dict[str, float]:
+        if self.runners is not None:
+            return self.runners.train_iteration(self.learner)
+        return self.learner.train_iteration()
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        state = {"learner": self.learner.get_state(),
+                 "runners": self.runners.get_state() if self.runners is not None else None}
+        with open(Path(checkpoint_dir) / CHECKPOINT_FILE, "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        with open(Path(checkpoint) / CHECKPOINT_FILE, "rb") as f:
+            state = pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
+        self.learner.set_state(state["learner"])
+        if self.runners is not None and state.get("runners") is not None:
+            self.runners.set_state(state["runners"])
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Reuse the actor for the next trial: a new learner, no new process."""
+        self.cleanup()
+        self.setup(new_config)
+        self.config = new_config
+        return True
+
+    def cleanup(self) -> None:
+        if self.runners is not None:
+            self.runners.stop()
+        self.learner.close()
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """One bundle for the trainer, one CPU bundle per rollout worker (the seeds' layout)."""
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+        runners = int(config.get("num_env_runners", 0) or 0)
+        return PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners)
+
+
+def own_trainable_class(name: str) -> type[tune.Trainable]:
+    """The Tune trainable for our `ppo` / `dqn` (named PPO/DQN like RLlib's, module-level)."""
+    return {"ppo": OwnPPO, "dqn": OwnDQN}[name]
+
+
+class OwnPPO(OwnTrainable):
+    learner_name = "ppo"
+
+
+class OwnDQN(OwnTrainable):
+    learner_name = "dqn"
