@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -16,6 +17,7 @@ def tiny_ppo_small(path: Path) -> Path:
     from tune_runner.spec import shipped_spaces
 
     raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
+    raw["trainable"] = "rllib/PPO"  # this test is about the RLlib path
     raw["budget"] = {"env_steps": 3000}
     raw["searcher"] = "random"
     raw["num_samples"] = 1  # the grid alone gives the four trials
@@ -96,7 +98,8 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
 
 
 def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
-    result = cli("search", "--space", "dqn_small", "--name", "dqn-optuna", "--searcher", "optuna",
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
+                 "--searcher", "optuna",
                  "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=600",
                  "--set", "num_steps_sampled_before_learning_starts=200")
     assert result.status == 0, result.err
@@ -106,3 +109,35 @@ def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
     assert [t.status for t in analysis.trials] == ["TERMINATED", "TERMINATED"]
     assert len({t.config["lr"] for t in analysis.trials}) == 2  # Optuna suggested two different points
     assert all("qf_loss" in t.last_result for t in analysis.trials)
+
+
+def _progress(home: Path, name: str) -> list[dict]:
+    from ray.tune import ExperimentAnalysis
+
+    (frame,) = ExperimentAnalysis(str(home / "results" / name)).trial_dataframes.values()
+    return frame.to_dict("records")
+
+
+def test_own_ppo_in_process_and_with_rollout_actors_learn_with_the_same_metrics(ray_session, cli, _isolated_home):
+    keys = {}
+    for name, runners in (("own-ppo", 0), ("own-ppo-actors", 1)):
+        result = cli("search", "--space", "ppo_small", "--set", "trainable=ppo", "--name", name,
+                     "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=16000", "--set", "lr=0.002",
+                     "--set", "num_epochs=6", "--set", "minibatch_size=256", "--set", "gamma=0.99",
+                     "--set", "lambda_=0.95", "--set", f"num_env_runners={runners}")
+        assert result.status == 0, result.err
+        rows = _progress(_isolated_home, name)
+        keys[name] = {k for k in rows[-1] if not k.startswith(("config/", "time", "date", "hostname", "node_ip",
+                                                                  "pid", "timestamp", "trial_id"))}
+        # Learns: from the random policy's ~22 to well above it within 16k env steps.
+        assert rows[0]["episode_return_mean"] < 60 < rows[-1]["episode_return_mean"], name
+    assert keys["own-ppo"] == keys["own-ppo-actors"]
+
+
+def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors",
+                 "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=3000",
+                 "--set", "num_steps_sampled_before_learning_starts=500", "--set", "num_env_runners=1")
+    assert result.status == 0, result.err
+    last = _progress(_isolated_home, "own-dqn-actors")[-1]
+    assert last["env_steps"] >= 3000 and np.isfinite(last["qf_loss"]) and last["epsilon"] < 1.0

@@ -70,6 +70,8 @@ def trial_device() -> str:
     """`cuda` when Ray gave this trial a GPU, else `cpu`."""
     import ray
 
+    if not ray.is_initialized():  # a trainable built outside Ray (tests, notebooks)
+        return "cpu"
     return "cuda" if ray.get_gpu_ids() else "cpu"
 
 

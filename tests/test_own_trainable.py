@@ -1,0 +1,74 @@
+"""Our ppo/dqn as Tune trainables: exact checkpoint round trip, settings checks, the actor mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tune_runner import trainables
+from tune_runner.own_trainable import OwnDQN, OwnPPO, check_config, learner_settings
+
+PPO_CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4,
+              "train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 2, "lr": 1e-3, "seed": 3}
+DQN_CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4, "seed": 5,
+              "num_steps_sampled_before_learning_starts": 200, "replay_buffer_config.capacity": 2000,
+              "train_batch_size": 32, "fcnet_hiddens": [32, 32]}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch):
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def weights(trainable) -> list[np.ndarray]:
+    return [a for net in trainable.learner.get_weights().values() for a in net.values()]
+
+
+@pytest.mark.parametrize("cls, config", [(OwnPPO, PPO_CONFIG), (OwnDQN, DQN_CONFIG)], ids=["ppo", "dqn"])
+def test_checkpoint_round_trip_gives_identical_next_update(cls, config, tmp_path):
+    first = cls(config=dict(config))
+    first.train()
+    checkpoint = first.save(str(tmp_path / "ckpt"))
+    second = cls(config=dict(config))
+    second.restore(checkpoint)
+    a, b = first.train(), second.train()
+    for key in ("episode_return_mean", "env_steps", "episodes"):
+        assert a[key] == b[key] or (np.isnan(a[key]) and np.isnan(b[key])), key
+    for x, y in zip(weights(first), weights(second), strict=True):
+        np.testing.assert_array_equal(x, y)
+    first.stop()
+    second.stop()
+
+
+def test_reports_our_metric_names():
+    trainable = OwnPPO(config=dict(PPO_CONFIG))
+    result = trainable.train()
+    assert {"episode_return_mean", "env_steps", "policy_loss", "vf_loss", "entropy", "kl", "sps"} <= set(result)
+    assert result["env_steps"] >= 240
+    trainable.stop()
+
+
+def test_rllib_names_map_to_ours():
+    settings = learner_settings({"env": "x", "num_env_runners": 2, "train_batch_size_per_learner": 512,
+                                 "lambda": 0.9, "replay_buffer_config.capacity": 10})
+    assert settings == {"train_batch_size": 512, "lambda_": 0.9, "replay_buffer_config": {"capacity": 10}}
+
+
+def test_settings_and_values_are_checked_before_launch():
+    assert trainables.check_settings("ppo", ["lr", "lrr", "replay_buffer_config.capacity"]) == [
+        ("lrr", "not a setting of ppo; did you mean 'lr'?"),
+        ("replay_buffer_config.capacity", trainables.check_settings("ppo", ["replay_buffer_config"])[0][1])]
+    assert trainables.check_settings("dqn", ["replay_buffer_config.capacity", "target_network_update_freq"]) == []
+    assert "num_env_runners" in check_config("ppo", {"env": "CartPole-v1", "num_env_runners": -1})
+    assert check_config("ppo", dict(PPO_CONFIG)) is None
+    assert trainables.trainable_class("ppo") is OwnPPO and trainables.resolve("dqn") == "dqn"
+
+
+def test_resources_one_bundle_per_rollout_worker():
+    request = OwnPPO.default_resource_request({"num_env_runners": 2})
+    assert request.bundles == [{"CPU": 1}, {"CPU": 1}, {"CPU": 1}]
+    assert OwnPPO.default_resource_request({}).bundles == [{"CPU": 1}]
