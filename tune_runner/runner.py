@@ -83,14 +83,25 @@ def prepare(spec: ExperimentSpec) -> Prepared:
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{where}: {section}.{key}: {problem}")
     check_env(spec.env, where=where)
-    example = {**spec.fixed, **{p.name: p.example() for p in spec.space},
-               "env": spec.env, "env_config": spec.env_config}
-    problem = trainables.check_config(trainable, example)
+    problem = _check_space_corners(spec, trainable)
     if problem:
         raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
     scheduler = schedulers.build_scheduler(spec.scheduler, budget=spec.budget_env_steps, where=where)
     searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where)
     return Prepared(trainables.trainable_class(spec.trainable), searcher, scheduler)
+
+
+def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
+    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
+    from tune_runner import trainables
+
+    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
+    candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
+    for config in candidates:
+        problem = trainables.check_config(trainable, config)
+        if problem:
+            return problem
+    return None
 
 
 def quiet_logs(*, verbose: bool) -> None:

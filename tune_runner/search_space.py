@@ -54,6 +54,12 @@ class Param:
             return _thaw(self.args[0])
         return self.to_tune().sample(random_state=0)
 
+    def extremes(self) -> list[Any]:
+        """The values worth checking before launch: every choice, or both ends of a range."""
+        if self.dist in LIST_DISTS:
+            return [_thaw(a) for a in self.args]
+        return [self.args[0], self.args[1]]
+
     def describe(self) -> str:
         """A compact one-line rendering, e.g. `loguniform(1e-05, 0.01)`."""
         return f"{self.dist}({', '.join(_short(a) for a in self.args)})"
