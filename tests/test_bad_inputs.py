@@ -48,7 +48,7 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["search", "--space", "ppo_small", "--set", "budget=abc"],
      ["budget.env_steps: expected a positive whole number of env steps, got 'abc'"]),
     (["search", "--space", "ppo_small", "--set", "lrr=0.1"],
-     ["fixed.lrr: not a setting of rllib/PPO; did you mean 'lr'?"]),
+     ["fixed.lrr: not a setting of ppo; did you mean 'lr'?"]),
     (["search", "--space", "ppo_small", "--num-samples", "0"], ["--num-samples 0: must be a positive integer"]),
     (["search", "--space", "ppo_small", "--num-sample", "3"],
      ["unrecognized arguments: --num-sample 3; did you mean --num-samples?"]),

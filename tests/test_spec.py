@@ -13,15 +13,36 @@ from tune_runner.spec import build_spec, load_spec, parse_value, shipped_spaces
 def test_every_shipped_space_loads_with_a_description(name):
     spec = load_spec(name)
     assert spec.description and spec.budget_env_steps > 0 and spec.space
-    assert spec.trainable.startswith("rllib/") and spec.env == "CartPole-v1"
+    assert spec.trainable in ("ppo", "dqn") and spec.env == "CartPole-v1"
 
 
-def test_shipped_spaces_pass_the_pre_launch_checks():
+@pytest.mark.parametrize("backend", ["", "rllib/"])
+def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
     from tune_runner.runner import prepare
 
     for name in shipped_spaces():
-        prepared = prepare(load_spec(name))
-        assert prepared.trainable.__name__ in ("PPO", "DQN")
+        algo = name.split("_")[0]
+        spec = load_spec(name, overrides=[f"trainable={backend}{algo.upper() if backend else algo}"])
+        prepared = prepare(spec)
+        assert prepared.trainable.__name__.lower().endswith(algo)
+
+
+def test_backend_section_applies_to_the_chosen_trainable_and_set_still_wins():
+    ours = load_spec("ppo_small")
+    rllib = load_spec("ppo_small", overrides=["trainable=rllib/PPO", "num_envs_per_env_runner=2"])
+    assert ours.fixed["num_envs_per_env_runner"] == 32 and ours.stop_at == 475
+    assert rllib.fixed["num_envs_per_env_runner"] == 2  # --set beats the backend section
+    assert rllib.budget_env_steps == 50_000 and rllib.stop_at is None
+    assert dict((p.name, p.args) for p in rllib.space)["num_epochs"] == (6, 15)
+    assert "backends" not in ours.as_dict()
+
+
+def test_backend_section_rejects_what_it_cannot_set(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "backends: {ppo: {trainable: dqn}}\n")
+    with pytest.raises(UserError, match="backends.ppo.trainable: not allowed in a backend section"):
+        load_spec(str(path))
 
 
 def test_set_overrides_budget_fixed_and_pins_a_searched_value():

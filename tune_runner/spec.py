@@ -20,7 +20,8 @@ from tune_runner.errors import UserError, closest, unknown_name
 from tune_runner.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space")
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space", "backends")
+MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
 RESERVED = ("env", "env_config")  # keys of the trial config that name the environment
@@ -150,10 +151,45 @@ def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of settings at the top level, got {_short(raw)}")
+    overrides = list(overrides)
+    chosen = raw.get("trainable")
+    for item in overrides:
+        key, value = parse_override(item)
+        chosen = value if key == "trainable" else chosen
+    raw = apply_backend(raw, chosen, where=str(path))
     for item in overrides:
         apply_override(raw, item)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return build_spec(raw, name=path.stem, source=str(path), sha256=digest)
+
+
+def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
+    """Merge the `backends:` section for the chosen trainable into the space (then drop the section).
+
+        trainable: ppo
+        fixed: {num_envs_per_env_runner: 32}
+        backends:
+          rllib/PPO: {budget: {env_steps: 50000}, fixed: {num_envs_per_env_runner: 8}}
+    """
+    sections = raw.pop("backends", None)
+    if sections is None:
+        return raw
+    if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
+        raise UserError(f"{where}: backends: expected a mapping of trainable name: {{settings}}, "
+                        f"got {_short(sections)}")
+    section = sections.get(trainable) or {}
+    merged = copy.deepcopy(raw)
+    for key, value in section.items():
+        if key not in TOP_KEYS or key in ("trainable", "backends"):
+            raise UserError(f"{where}: backends.{trainable}.{key}: not allowed in a backend section")
+        if key in MERGED and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+            if key == "fixed" and isinstance(merged.get("space"), dict):
+                for name in value:  # a value fixed for this backend is no longer searched
+                    merged["space"].pop(name, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def parse_override(item: str) -> tuple[str, Any]:
