@@ -72,3 +72,29 @@ def test_resources_one_bundle_per_rollout_worker():
     request = OwnPPO.default_resource_request({"num_env_runners": 2})
     assert request.bundles == [{"CPU": 1}, {"CPU": 1}, {"CPU": 1}]
     assert OwnPPO.default_resource_request({}).bundles == [{"CPU": 1}]
+
+
+def test_trial_device_follows_the_gpus_ray_assigned_fake_gpu(monkeypatch):
+    # No GPU here or in CI: fake Ray's answer; the real check runs on a GPU machine.
+    import ray
+
+    from tune_runner.own_trainable import trial_device
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    assert trial_device() == "cuda"
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
+    assert trial_device() == "cpu"
+
+
+def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
+    import ray
+
+    from tune_runner.own_trainable import trial_threads
+
+    class Context:
+        def get_assigned_resources(self):
+            return {"CPU": 3.0}
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    assert trial_threads() == 3
