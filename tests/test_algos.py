@@ -12,7 +12,8 @@ import torch
 
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, ReplayBuffer, compute_gae, masked_logits
 from tune_runner.algos.common import Step
-from tune_runner.algos.ppo import sample_actions
+from tune_runner.algos.dqn import dqn_targets
+from tune_runner.algos.ppo import ppo_losses, sample_actions
 from tune_runner.algos.replay import NStepAccumulator
 
 
@@ -53,6 +54,98 @@ def test_gae_matches_a_hand_computed_oracle():
     np.testing.assert_allclose(targets, expected + values, rtol=1e-12)
 
 
+def _ppo_losses(*, vf_clip_param, new_logp=None):
+    # Ratios r = exp(new - old): two above 1 + clip, two below 1 - clip, two inside; A of both signs.
+    ratios = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.1, 0.9], dtype=torch.float64)
+    return ppo_losses(
+        new_logp=ratios.log() if new_logp is None else new_logp, old_logp=torch.zeros(6, dtype=torch.float64),
+        advantages=torch.tensor([2.0, 2.0, -1.0, -1.0, 3.0, -2.0], dtype=torch.float64),
+        values=torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 5.0], dtype=torch.float64, requires_grad=True),
+        value_targets=torch.tensor([1.5, 0.0, 3.0, 4.0, -1.0, 5.0], dtype=torch.float64),
+        entropy=torch.tensor([0.5, 0.7, 0.6, 0.2, 0.4, 0.4], dtype=torch.float64),
+        clip_param=0.2, vf_clip_param=vf_clip_param, vf_loss_coeff=0.5, entropy_coeff=0.01)
+
+
+def test_ppo_losses_match_a_hand_computed_oracle():
+    # min(A * r, A * clip(r, 0.8, 1.2)) per sample:
+    #   r=1.5, A=+2: min(3.0, 2.4) = 2.4    clipped: no gain from moving further up
+    #   r=0.5, A=+2: min(1.0, 1.6) = 1.0    unclipped: the pessimistic side is kept
+    #   r=1.5, A=-1: min(-1.5, -1.2) = -1.5 unclipped
+    #   r=0.5, A=-1: min(-0.5, -0.8) = -0.8 clipped
+    #   r=1.1, A=+3: 3.3;  r=0.9, A=-2: -1.8 (inside the range, unclipped)
+    # sum 2.6, so policy_loss = -2.6 / 6.
+    # Squared value errors: (-0.5)^2, 2^2, 0, (-4)^2, 1^2, 0 = 0.25, 4, 0, 16, 1, 0 (sum 21.25);
+    # capped at vf_clip_param=3: 0.25, 3, 0, 3, 1, 0 (sum 7.25). Entropies sum to 2.8.
+    # kl = mean((r - 1) - log r) = (2 * 0.0945349 + 2 * 0.1931472 + 0.0046898 + 0.0053605) / 6.
+    clipped, unclipped = _ppo_losses(vf_clip_param=3.0), _ppo_losses(vf_clip_param=None)
+    assert clipped["policy_loss"].item() == pytest.approx(-2.6 / 6, rel=1e-12)
+    assert clipped["vf_loss"].item() == pytest.approx(7.25 / 6, rel=1e-12)
+    assert unclipped["vf_loss"].item() == pytest.approx(21.25 / 6, rel=1e-12)
+    assert clipped["entropy"].item() == pytest.approx(2.8 / 6, rel=1e-12)
+    assert clipped["kl"].item() == pytest.approx(0.0975691, rel=1e-6)
+    # total = policy + 0.5 * vf - 0.01 * entropy = (-2.6 + 3.625 - 0.028) / 6 with the cap,
+    #                                              (-2.6 + 10.625 - 0.028) / 6 without.
+    assert clipped["total_loss"].item() == pytest.approx(0.997 / 6, rel=1e-12)
+    assert unclipped["total_loss"].item() == pytest.approx(7.997 / 6, rel=1e-12)
+
+
+def test_ppo_clipped_terms_and_capped_value_errors_have_no_gradient():
+    new_logp = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.1, 0.9], dtype=torch.float64).log().requires_grad_()
+    losses = _ppo_losses(vf_clip_param=3.0, new_logp=new_logp)
+    losses["policy_loss"].backward()
+    # d(-mean(A * r)) / d(log r) = -A * r / 6 where the unclipped term is the min, else 0.
+    expected = [0.0, -2.0 * 0.5 / 6, 1.0 * 1.5 / 6, 0.0, -3.0 * 1.1 / 6, 2.0 * 0.9 / 6]
+    np.testing.assert_allclose(new_logp.grad.numpy(), expected, rtol=1e-12, atol=1e-15)
+    values = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 5.0], dtype=torch.float64, requires_grad=True)
+    ppo_losses(new_logp=torch.zeros(6), old_logp=torch.zeros(6), advantages=torch.zeros(6), values=values,
+               value_targets=torch.tensor([1.5, 0.0, 3.0, 4.0, -1.0, 5.0], dtype=torch.float64),
+               entropy=torch.zeros(6), clip_param=0.2, vf_clip_param=3.0, vf_loss_coeff=0.5,
+               entropy_coeff=0.0)["vf_loss"].backward()
+    # 2 * (V - target) / 6 where the squared error is under the cap; the errors 2 and -4 are capped.
+    np.testing.assert_allclose(values.grad.numpy(), [-1.0 / 6, 0.0, 0.0, 0.0, 2.0 / 6, 0.0], rtol=1e-12)
+
+
+def test_dqn_targets_match_a_hand_computed_oracle():
+    # Rows: 1-step; 1-step truncated (terminated False: it bootstraps); 3-step with gamma 0.9
+    # (reward 1 + 0.9 + 0.81 = 2.71, discount 0.9^3 = 0.729); 1-step terminated.
+    batch = {"rewards": torch.tensor([1.0, 1.0, 2.71, 1.0], dtype=torch.float64),
+             "discount": torch.tensor([0.9, 0.9, 0.729, 0.9], dtype=torch.float64),
+             "terminated": torch.tensor([False, False, False, True]),
+             "next_q_target": torch.tensor([[1.0, 3.0], [2.0, 0.0], [5.0, 4.0], [1.0, 3.0]], dtype=torch.float64)}
+    online = torch.tensor([[2.0, 1.0], [0.0, 1.0], [0.0, 1.0], [0.0, 9.0]], dtype=torch.float64)
+    # max_a Q_target(s', a) = 3, 2, 5, (3 ignored): 1 + 2.7, 1 + 1.8, 2.71 + 3.645, 1.
+    np.testing.assert_allclose(dqn_targets(**batch, next_q_online=None).numpy(), [3.7, 2.8, 6.355, 1.0],
+                               rtol=1e-12)
+    # Double Q: the online argmax picks actions 0, 1, 1, (1), which the target net values at 1, 0, 4:
+    # 1 + 0.9, 1 + 0, 2.71 + 0.729 * 4, 1.
+    np.testing.assert_allclose(dqn_targets(**batch, next_q_online=online).numpy(), [1.9, 1.0, 5.626, 1.0],
+                               rtol=1e-12)
+
+
+def test_n_step_transitions_give_targets_that_bootstrap_only_on_truncation():
+    acc = NStepAccumulator(n=2, gamma=0.5, num_envs=2, obs_dim=1)
+    out = []
+    # Env 0 terminates on the third step, env 1 is truncated there; the fourth is their autoreset step.
+    for t, (r, end, valid) in enumerate([(1.0, False, True), (2.0, False, True), (3.0, True, True),
+                                         (0.0, False, False)]):
+        step = Step(np.array([r, r], np.float32), np.array([end, False]), np.array([False, end]),
+                    np.array([valid, valid]))
+        out.append(acc.push(obs=np.full((2, 1), t, np.float32), actions=np.array([t, t]), step=step,
+                            next_obs=np.full((2, 1), t + 1, np.float32), next_mask=None))
+    rows = {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+    next_obs = torch.as_tensor(rows["next_obs"][:, 0], dtype=torch.float64)
+    q_next = torch.stack([next_obs, 10.0 - next_obs], dim=1)  # max_a Q(s') = 10 - s' for s' <= 5
+    targets = dqn_targets(rewards=torch.as_tensor(rows["rewards"], dtype=torch.float64),
+                          discount=torch.as_tensor(rows["discount"], dtype=torch.float64),
+                          terminated=torch.as_tensor(rows["terminated"]), next_q_target=q_next, next_q_online=None)
+    got = sorted(zip(rows["obs"][:, 0].tolist(), rows["terminated"].tolist(), targets.tolist(), strict=True))
+    # From obs 0 (both envs): 1 + 0.5 * 2 = 2, then 0.25 * max Q(2) = 0.25 * 8            -> 4.0
+    # From obs 1, ends at obs 3: 2 + 0.5 * 3 = 3.5; terminated -> 3.5, truncated -> 3.5 + 0.25 * 7 = 5.25
+    # From obs 2, ends at obs 3: 3;                  terminated -> 3.0, truncated -> 3 + 0.5 * 7 = 6.5
+    assert got == [(0, False, 4.0), (0, False, 4.0), (1, False, 5.25), (1, True, 3.5), (2, False, 6.5),
+                   (2, True, 3.0)]  # exact: every number here is a sum of powers of two
+
+
 def test_masked_actions_are_never_sampled():
     gen = torch.Generator().manual_seed(0)
     rng = np.random.default_rng(0)
@@ -88,6 +181,31 @@ def test_config_values_are_checked_and_lambda_is_an_alias():
         PPOConfig(gamma=1.5)
     with pytest.raises(ValueError, match="capacity"):
         DQNConfig(replay_buffer_config={"capacity": 0})
+
+
+BAD_VALUES = [  # (key, value, what the message says)
+    ("lr", 0, "must be > 0"), ("lr", -1.0e-3, "must be > 0"), ("lr", "1e-3", "must be a number"),
+    ("gamma", 0.0, r"must be in \(0, 1\]"), ("gamma", 1.01, r"must be in \(0, 1\]"),
+    ("gamma", -0.5, r"must be in \(0, 1\]"), ("num_envs_per_env_runner", 0, "must be > 0"),
+    ("num_envs_per_env_runner", -8, "must be > 0"),
+]
+
+
+@pytest.mark.parametrize("config", [PPOConfig, DQNConfig])
+@pytest.mark.parametrize(("key", "value", "says"), BAD_VALUES, ids=[f"{k}={v!r}" for k, v, _ in BAD_VALUES])
+def test_from_dict_refuses_a_bad_value_naming_key_and_value(config, key, value, says):
+    with pytest.raises(ValueError, match=says) as error:
+        config.from_dict({key: value})
+    message = str(error.value)
+    assert f"{config.__name__}.{key}" in message and f"{key}={value!r}" in message and "\n" not in message
+
+
+def test_gamma_of_one_is_allowed_and_a_minibatch_must_fit_in_the_train_batch():
+    assert PPOConfig.from_dict({"gamma": 1.0}).gamma == DQNConfig.from_dict({"gamma": 1.0}).gamma == 1.0
+    with pytest.raises(ValueError, match=r"^PPOConfig.minibatch_size must be <= train_batch_size, "
+                                         r"got minibatch_size=512 > train_batch_size=256$"):
+        PPOConfig.from_dict({"minibatch_size": 512, "train_batch_size": 256})
+    assert PPOConfig.from_dict({"minibatch_size": 256, "train_batch_size": 256}).minibatch_size == 256
 
 
 def test_epsilon_schedule_is_piecewise_linear_in_rllib_format():

@@ -23,6 +23,7 @@ from torch import nn
 
 from tune_runner.algos.common import (
     EpisodeStats,
+    FlatAdam,
     Rngs,
     check_positive,
     check_unit,
@@ -88,7 +89,7 @@ class DQNConfig:
         optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
         check_positive(self, "lr", "train_batch_size", "capacity", "target_network_update_freq", "n_step",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
-        check_unit(self, "gamma")
+        check_unit(self, "gamma", allow_zero=False)
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
 
@@ -107,6 +108,24 @@ class DQNConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> DQNConfig:
         """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
         return config_from_dict(cls, values)
+
+
+def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor,
+                next_q_target: torch.Tensor, next_q_online: torch.Tensor | None) -> torch.Tensor:
+    """The TD targets `rewards + discount * V(next_obs)` of a batch of (n-step) transitions.
+
+    `rewards` is the discounted n-step reward sum and `discount` gamma ** (steps taken), so the
+    1-step case is discount == gamma. V(next) is 0 after a termination; a truncated transition
+    (terminated False) bootstraps from its final observation. With `next_q_online` (double Q)
+    the online network picks the next action and `next_q_target` values it; without,
+    V(next) = max_a next_q_target. Both Q arrays are [batch, actions], already masked.
+    """
+    if next_q_online is not None:
+        next_value = next_q_target.gather(1, next_q_online.argmax(-1, keepdim=True)).squeeze(1)
+    else:
+        next_value = next_q_target.max(-1).values
+    next_value = torch.where(terminated, 0.0, next_value)
+    return rewards + discount * next_value
 
 
 class QNetwork(nn.Module):
@@ -144,7 +163,7 @@ class DQN:
             self.q = QNetwork(obs_dim=env.obs_dim, num_actions=env.num_actions, hiddens=config.fcnet_hiddens,
                               activation=config.fcnet_activation, dueling=config.dueling).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=config.lr)
+        self.optimizer = FlatAdam(self.q.parameters(), lr=config.lr)
         self.buffer = ReplayBuffer(config.capacity, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
@@ -229,21 +248,17 @@ class DQN:
         q = self.q(s["obs"]).gather(1, s["actions"][:, None]).squeeze(1)
         with torch.no_grad():
             next_mask = s.get("next_mask")
-            next_target = masked_logits(self.target(s["next_obs"]), next_mask)
-            if c.double_q:
-                best = masked_logits(self.q(s["next_obs"]), next_mask).argmax(-1, keepdim=True)
-                next_value = next_target.gather(1, best).squeeze(1)
-            else:
-                next_value = next_target.max(-1).values
-            next_value = torch.where(s["terminated"], 0.0, next_value)
-            target = s["rewards"] + s["discount"] * next_value
+            target = dqn_targets(
+                rewards=s["rewards"], discount=s["discount"], terminated=s["terminated"],
+                next_q_target=masked_logits(self.target(s["next_obs"]), next_mask),
+                next_q_online=masked_logits(self.q(s["next_obs"]), next_mask) if c.double_q else None)
         td_error = q - target
         loss_fn = nn.functional.huber_loss if c.td_error_loss_fn == "huber" else nn.functional.mse_loss
         loss = loss_fn(q, target)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         if c.grad_clip is not None:
-            nn.utils.clip_grad_norm_(self.q.parameters(), c.grad_clip)
+            self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step()
         return torch.stack([loss.detach(), td_error.detach().abs().mean()]).cpu()
 
@@ -279,7 +294,7 @@ class DQN:
         and a DQN without its buffer relearns from scratch); leave it out for small checkpoints.
         """
         return {"q": state_dict_copy(self.q), "target": state_dict_copy(self.target),
-                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "rngs": self.rngs.get_state(),
+                "optimizer": self.optimizer.state_dict(), "rngs": self.rngs.get_state(),
                 "stats": self.stats.get_state(), "env_steps": self.env_steps, "env": self.env.get_state(),
                 "nstep": self.nstep.get_state(), "last_target_update": self._last_target_update,
                 "update_credit": self._update_credit,
@@ -290,8 +305,6 @@ class DQN:
         self.q.load_state_dict(state["q"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr
         self.rngs.set_state(state["rngs"])
         self.stats.set_state(state["stats"])
         self.env_steps = int(state["env_steps"])

@@ -11,7 +11,6 @@ normalised over the whole batch, and `vf_clip_param` clipping the squared value 
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ from torch import nn
 
 from tune_runner.algos.common import (
     EpisodeStats,
+    FlatAdam,
     Rngs,
     check_positive,
     check_unit,
@@ -80,7 +80,11 @@ class PPOConfig:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
         check_positive(self, "lr", "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
-        check_unit(self, "gamma", "lambda_")
+        check_unit(self, "gamma", allow_zero=False)
+        check_unit(self, "lambda_")
+        if self.minibatch_size > self.train_batch_size:
+            raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
+                             f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
 
     def _optional(self) -> list[str]:
         return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]
@@ -109,6 +113,29 @@ def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarr
         running = deltas[t] + carry[t] * running
         advantages[t] = running
     return advantages, advantages + values
+
+
+def ppo_losses(*, new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
+               value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float, vf_clip_param: float | None,
+               vf_loss_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
+    """PPO's minibatch losses from per-sample tensors; each output is a scalar (batch mean).
+
+    policy_loss: -mean(min(A * r, A * clip(r, 1 - clip_param, 1 + clip_param))), r = exp(new - old logp).
+    vf_loss: mean((V - target)^2), each squared error first capped at `vf_clip_param` (RLlib's
+    meaning) unless it is None. total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff
+    * entropy. kl is the low-variance estimator of KL(old || new) (Schulman's k3): mean((r - 1) - log r).
+    """
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    policy_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param)).mean()
+    vf_loss = (values - value_targets).pow(2)
+    if vf_clip_param is not None:
+        vf_loss = vf_loss.clamp(max=vf_clip_param)
+    vf_loss = vf_loss.mean()
+    entropy = entropy.mean()
+    total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff * entropy
+    kl = ((ratio - 1) - log_ratio).mean()
+    return {"policy_loss": policy_loss, "vf_loss": vf_loss, "entropy": entropy, "kl": kl, "total_loss": total_loss}
 
 
 def sample_actions(logits: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
@@ -146,7 +173,7 @@ class PPO:
             self.vf = init_layers(mlp([*sizes, 1], config.fcnet_activation), out_gain=1.0)
         self.pi.to(self.device)
         self.vf.to(self.device)
-        self.optimizer = torch.optim.Adam([*self.pi.parameters(), *self.vf.parameters()], lr=config.lr)
+        self.optimizer = FlatAdam([*self.pi.parameters(), *self.vf.parameters()], lr=config.lr)
         self.stats = EpisodeStats(self.env.num_envs, window=config.metrics_num_episodes_for_smoothing)
         self.env_steps = 0
         self._buffers: dict[str, np.ndarray] = {}
@@ -243,25 +270,19 @@ class PPO:
     def _update(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         c = self.config
         logp_all = torch.log_softmax(self._logits(mb["obs"], mb.get("mask")), dim=-1)
-        logp = logp_all.gather(1, mb["actions"][:, None]).squeeze(1)
-        log_ratio = logp - mb["logp"]
-        ratio = log_ratio.exp()
-        adv = mb["advantages"]
-        policy_loss = -torch.min(adv * ratio, adv * ratio.clamp(1 - c.clip_param, 1 + c.clip_param)).mean()
         # p * log p with masked actions is 0 * -inf; those terms are 0.
-        entropy = -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1).mean()
-        vf_loss = (self.vf(mb["obs"]).squeeze(-1) - mb["value_targets"]).pow(2)
-        if c.vf_clip_param is not None:
-            vf_loss = vf_loss.clamp(max=c.vf_clip_param)
-        vf_loss = vf_loss.mean()
-        loss = policy_loss + c.vf_loss_coeff * vf_loss - c.entropy_coeff * entropy
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        entropy = -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1)
+        losses = ppo_losses(
+            new_logp=logp_all.gather(1, mb["actions"][:, None]).squeeze(1), old_logp=mb["logp"],
+            advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
+            entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
+            vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff)
+        self.optimizer.zero_grad()
+        losses["total_loss"].backward()
         if c.grad_clip is not None:
-            nn.utils.clip_grad_norm_([*self.pi.parameters(), *self.vf.parameters()], c.grad_clip)
+            self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step()
-        kl = ((ratio - 1) - log_ratio).mean()  # the low-variance estimator (Schulman's k3)
-        return torch.stack([policy_loss, vf_loss, entropy, kl]).detach().cpu()
+        return torch.stack([losses[k] for k in ("policy_loss", "vf_loss", "entropy", "kl")]).detach().cpu()
 
     def train_iteration(self) -> dict[str, float]:
         """collect(train_batch_size) then learn; our metric names."""
@@ -286,7 +307,7 @@ class PPO:
     def get_state(self) -> dict[str, Any]:
         """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner."""
         return {"pi": state_dict_copy(self.pi), "vf": state_dict_copy(self.vf),
-                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "rngs": self.rngs.get_state(),
+                "optimizer": self.optimizer.state_dict(), "rngs": self.rngs.get_state(),
                 "stats": self.stats.get_state(), "env_steps": self.env_steps, "env": self.env.get_state()}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -294,8 +315,6 @@ class PPO:
         self.pi.load_state_dict(state["pi"])
         self.vf.load_state_dict(state["vf"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.lr
         self.rngs.set_state(state["rngs"])
         self.stats.set_state(state["stats"])
         self.env_steps = int(state["env_steps"])
