@@ -31,7 +31,8 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/solve_cartpole.py
+	$(BIN)/python bench/mlflow_batching.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

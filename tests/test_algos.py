@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 import torch
 
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, ReplayBuffer, compute_gae, masked_logits
-from tune_runner.algos.common import Step
+from tune_runner.algos.common import FlatAdam, Step
 from tune_runner.algos.dqn import dqn_targets
 from tune_runner.algos.ppo import ppo_losses, sample_actions
 from tune_runner.algos.replay import NStepAccumulator
@@ -260,6 +263,57 @@ def test_n_step_returns_stop_at_the_episode_end_and_bootstrap_only_on_truncation
     assert sorted(rows) == [(1, 3.5, 0.25), (1, 3.5, 0.25), (2, 3.0, 0.5), (2, 3.0, 0.5)]
     assert last["terminated"].sum() == 2  # env 0's two; env 1's truncated ones still bootstrap
     assert len(out[3]["rewards"]) == 0  # nothing pending survives the episode end
+
+
+def _twin_nets():
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    b = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def test_flat_adam_takes_torch_adams_steps_and_clips_like_clip_grad_norm():
+    ours_net, torch_net = _twin_nets()
+    ours = FlatAdam(ours_net.parameters(), lr=0.05)
+    reference = torch.optim.Adam(torch_net.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(6):
+        x, y = torch.randn(16, 3, generator=gen), torch.randn(16, 2, generator=gen)
+        ours.zero_grad()
+        reference.zero_grad()
+        ((ours_net(x) - y) ** 2).mean().backward()
+        ((torch_net(x) - y) ** 2).mean().backward()
+        if step % 2:  # a tight clip every other step, so that it binds
+            ours.clip_grad_norm_(0.1)
+            torch.nn.utils.clip_grad_norm_(torch_net.parameters(), 0.1)
+        ours.step()
+        reference.step()
+        for p, q in zip(ours_net.parameters(), torch_net.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    # The parameters are views of the flat buffer: loading a module state writes through to it.
+    ours_net.load_state_dict(torch_net.state_dict())
+    assert torch.equal(ours.flat, torch.cat([q.detach().reshape(-1) for q in torch_net.parameters()]))
+
+
+def test_flat_adam_refuses_the_state_of_another_network_size():
+    net, _ = _twin_nets()
+    state = FlatAdam(torch.nn.Linear(3, 4).parameters(), lr=0.1).state_dict()
+    with pytest.raises(ValueError, match="optimizer state for 16 parameters, this one has 32"):
+        FlatAdam(net.parameters(), lr=0.1).load_state_dict(state)
+
+
+def test_learners_never_import_torch_dynamo():
+    # torch.optim imports torch._dynamo on the first optimizer built: seconds, on one thread.
+    code = ("import sys; from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig; "
+            "PPO(PPOConfig(train_batch_size=64, minibatch_size=32, num_envs_per_env_runner=4), "
+            "env_id='CartPole-v1').train_iteration(); "
+            "DQN(DQNConfig(num_steps_sampled_before_learning_starts=0, fcnet_hiddens=(8,)), "
+            "env_id='CartPole-v1').train_iteration(); "
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # ---- learners ---------------------------------------------------------------------------------------
