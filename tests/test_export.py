@@ -57,3 +57,16 @@ def test_scopes():
     assert parse_scope("avg-last-10") == 10
     with pytest.raises(UserError):
         parse_scope("avg-last-0")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("budget", {"env_steps": "1e5"}, "budget.env_steps: expected a positive whole number of env steps, got '1e5'"),
+    ("stop_at", "high", "stop_at: expected a number, got 'high'"),
+])
+def test_bad_export_values_get_the_space_files_messages(tmp_path, key, value, message):
+    spec = load_spec("ppo_small")
+    data = export.bundle(spec, _best(spec), experiment="e")
+    data[key] = value
+    path = export.write(data, tmp_path / "b.yaml")
+    with pytest.raises(UserError, match=message):
+        export.load(path)

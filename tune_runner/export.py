@@ -9,7 +9,7 @@ import yaml
 
 from tune_runner.analysis import Best
 from tune_runner.errors import UserError
-from tune_runner.spec import Component, ExperimentSpec, read_yaml
+from tune_runner.spec import Component, ExperimentSpec, budget_steps, number_setting, read_yaml
 
 FORMAT = 1
 KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -65,9 +65,7 @@ def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSp
     config = raw["config"]
     if not isinstance(config, dict):
         raise UserError(f"{where}: config: expected a mapping, got {config!r}")
-    budget = raw["budget"].get("env_steps") if isinstance(raw["budget"], dict) else None
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise UserError(f"{where}: budget.env_steps: expected a positive integer, got {budget!r}")
+    budget = budget_steps(raw["budget"], where)
     fixed = {**config, **(overrides or {})}
     source = raw.get("source") or {}
     return ExperimentSpec(
@@ -75,15 +73,7 @@ def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSp
         trainable=str(raw["trainable"]), env=str(raw["env"]), env_config=dict(raw.get("env_config") or {}),
         metric=str(raw.get("metric", "episode_return_mean")), mode=str(raw.get("mode", "max")),
         budget_env_steps=budget, searcher=Component("random"), scheduler=Component("fifo"),
-        num_samples=1, max_concurrent=None, fixed=fixed, space=(), stop_at=_stop_at(raw.get("stop_at"), where))
-
-
-def _stop_at(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"{where}: stop_at: expected a number, got {value!r}")
-    return float(value)
+        num_samples=1, max_concurrent=None, fixed=fixed, space=(), stop_at=number_setting(raw, "stop_at", where))
 
 
 def _plain(value: Any) -> Any:

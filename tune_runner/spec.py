@@ -265,8 +265,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         env_config=_typed(raw, "env_config", dict, where, default={}),
         metric=_typed(raw, "metric", str, where, default="episode_return_mean"),
         mode=mode,
-        budget_env_steps=_budget(raw["budget"], where),
-        stop_at=_number(raw, "stop_at", where),
+        budget_env_steps=budget_steps(raw["budget"], where),
+        stop_at=number_setting(raw, "stop_at", where),
         searcher=_component(raw, "searcher", where, default="random"),
         scheduler=_component(raw, "scheduler", where, default="fifo"),
         num_samples=_positive_int(raw, "num_samples", where, default=1),
@@ -300,7 +300,8 @@ def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> in
     return value
 
 
-def _number(raw: dict, key: str, where: str) -> float | None:
+def number_setting(raw: dict, key: str, where: str) -> float | None:
+    """An optional number setting (None when absent), with a fix for YAML's `1e5`-as-text."""
     value = raw.get(key)
     if value is None:
         return None
@@ -310,7 +311,8 @@ def _number(raw: dict, key: str, where: str) -> float | None:
     return float(value)
 
 
-def _budget(value: Any, where: str) -> int:
+def budget_steps(value: Any, where: str) -> int:
+    """The `budget:` mapping's env steps, checked."""
     if not isinstance(value, dict):
         raise UserError(f"{where}: budget: expected a mapping like {{env_steps: 100000}}, got {_short(value)}")
     for key in value:
