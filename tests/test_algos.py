@@ -217,6 +217,35 @@ def test_epsilon_schedule_is_piecewise_linear_in_rllib_format():
     assert DQNConfig(epsilon=0.2).epsilon_at(123) == 0.2
 
 
+@pytest.mark.parametrize(("algo", "config"), [(PPO, PPOConfig), (DQN, DQNConfig)], ids=["ppo", "dqn"])
+def test_lr_schedule_in_rllib_format_drives_the_optimizer(algo, config):
+    values = {"num_envs_per_env_runner": 4, "fcnet_hiddens": [8], "lr": [[0, 1.0e-3], [2000, 1.0e-4]]}
+    if algo is PPO:
+        values.update(train_batch_size=1000, minibatch_size=500, num_epochs=1)
+    learner = algo(config.from_dict(values), env_id="CartPole-v1")
+    def expected(steps: int) -> float:
+        return 1.0e-3 - 9.0e-4 * min(steps, 2000) / 2000
+
+    seen = []
+    while learner.env_steps < 3000:
+        at = learner.env_steps
+        lr = learner.train_iteration()["lr"]
+        seen.append(lr)
+        # the schedule's value at some point of the iteration (PPO: its start; DQN: its last vector step)
+        assert expected(learner.env_steps) - 1e-12 <= lr <= expected(at) + 1e-12
+    assert len(seen) >= 3 and seen[0] <= 1.0e-3 and seen == sorted(seen, reverse=True)
+    assert seen[-1] == pytest.approx(1.0e-4)
+    assert learner.optimizer.lr == pytest.approx(1.0e-4)
+
+
+@pytest.mark.parametrize("bad", [[[100, 1e-3]], [[0, 1e-3], [0, 1e-4]], [[0, 0.0]], [[0, 1e-3], [10, -1e-4]],
+                                 [[0, "fast"]], [1e-3, 1e-4], []])
+def test_a_bad_lr_schedule_is_refused_naming_the_key(bad):
+    with pytest.raises(ValueError, match=r"^PPOConfig\.lr") as error:
+        PPOConfig.from_dict({"lr": bad})
+    assert "\n" not in str(error.value)
+
+
 def _ints(start: int, stop: int) -> dict[str, np.ndarray]:
     return {"x": np.arange(start, stop, dtype=np.int64), "y": np.arange(start, stop, dtype=np.float32)[:, None]}
 
@@ -344,7 +373,8 @@ def same_weights(a, b) -> bool:
 
 
 @pytest.mark.parametrize(("algo", "config"), [(PPO, small_ppo()), (PPO, small_ppo(gym_env_vectorize_mode="sync")),
-                                              (DQN, small_dqn())], ids=["ppo", "ppo-sync", "dqn"])
+                                              (PPO, small_ppo(lr=[[0, 1e-3], [600, 1e-4]])), (DQN, small_dqn())],
+                         ids=["ppo", "ppo-sync", "ppo-lr-schedule", "dqn"])
 def test_set_state_continues_exactly(algo, config):
     original = algo(config, env_id="CartPole-v1")
     original.train_iteration()

@@ -71,6 +71,39 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be in {interval}, got {name}={value!r}")
 
 
+def check_schedule(config: Any, name: str) -> None:
+    """`name` is a number > 0, or RLlib's schedule form `[[env_steps, value], ...]`.
+
+    A schedule starts at env step 0, its steps rise strictly, its values are >= 0 and the
+    first is > 0 (ending at 0 is the usual linear decay).
+    """
+    value = getattr(config, name)
+    if not isinstance(value, (list, tuple)):
+        check_positive(config, name)
+        return
+    where = f"{type(config).__name__}.{name}"
+    pairs = [tuple(p) for p in value if isinstance(p, (list, tuple)) and len(p) == 2]
+    numbers = all(not isinstance(x, bool) and isinstance(x, (int, float)) for p in pairs for x in p)
+    if not value or len(pairs) != len(value) or not numbers:
+        raise ValueError(f"{where} must be a number or a schedule [[env_steps, value], ...], got {name}={value!r}")
+    steps = [p[0] for p in pairs]
+    if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+        raise ValueError(f"{where}: a schedule's env steps start at 0 and rise, got {name}={value!r}")
+    if pairs[0][1] <= 0 or any(v < 0 for _, v in pairs):
+        raise ValueError(f"{where}: a schedule's values are >= 0 and the first > 0, got {name}={value!r}")
+    object.__setattr__(config, name, tuple((int(t), float(v)) for t, v in pairs))
+
+
+def scheduled(value: float | tuple[tuple[int, float], ...], env_steps: int) -> float:
+    """A constant, or a schedule's value at `env_steps`: linear between points, flat after the last."""
+    if not isinstance(value, tuple):
+        return float(value)
+    for (t0, v0), (t1, v1) in zip(value, value[1:], strict=False):
+        if env_steps < t1:
+            return v0 + (v1 - v0) * (max(env_steps, t0) - t0) / (t1 - t0)
+    return value[-1][1]
+
+
 def mlp(sizes: list[int] | tuple[int, ...], activation: str, *, activate_last: bool = False) -> nn.Sequential:
     """Linear layers of `sizes[i] -> sizes[i + 1]` with `activation` between them."""
     if activation not in ACTIVATIONS:

@@ -26,11 +26,13 @@ from tune_runner.algos.common import (
     FlatAdam,
     Rngs,
     check_positive,
+    check_schedule,
     check_unit,
     config_from_dict,
     make_vec_env,
     masked_logits,
     mlp,
+    scheduled,
     split_obs,
     state_dict_copy,
     to_tensor,
@@ -42,8 +44,8 @@ from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
 class DQNConfig:
     """DQN settings, named as in RLlib's DQNConfig."""
 
-    lr: float = 1e-3
-    """Adam learning rate."""
+    lr: float | tuple[tuple[int, float], ...] = 1e-3
+    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
     gamma: float = 0.99
     """Discount factor."""
     train_batch_size: int = 64
@@ -87,7 +89,8 @@ class DQNConfig:
         if not isinstance(self.epsilon, (int, float)):
             object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
         optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
-        check_positive(self, "lr", "train_batch_size", "capacity", "target_network_update_freq", "n_step",
+        check_schedule(self, "lr")
+        check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
         check_unit(self, "gamma", allow_zero=False)
         if self.td_error_loss_fn not in ("huber", "mse"):
@@ -163,7 +166,7 @@ class DQN:
             self.q = QNetwork(obs_dim=env.obs_dim, num_actions=env.num_actions, hiddens=config.fcnet_hiddens,
                               activation=config.fcnet_activation, dueling=config.dueling).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = FlatAdam(self.q.parameters(), lr=config.lr)
+        self.optimizer = FlatAdam(self.q.parameters(), lr=scheduled(config.lr, 0))
         self.buffer = ReplayBuffer(config.capacity, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
@@ -267,6 +270,7 @@ class DQN:
         start, sampled, updates = time.perf_counter(), 0, 0
         loss_sum = td_sum = 0.0
         for _ in range(-(-max(1000, self.env.num_envs) // self.env.num_envs)):
+            self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
             batch = self.collect(self.env.num_envs)
             learned = self.learn(batch)
             sampled += batch["env_steps"]
@@ -276,7 +280,7 @@ class DQN:
         return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
                 "episodes": self.stats.episodes, "env_steps": self.env_steps, "qf_loss": loss_sum * per_update,
                 "td_error_mean": td_sum * per_update, "epsilon": self.config.epsilon_at(self.env_steps),
-                "lr": self.config.lr, "sps": sampled / (time.perf_counter() - start)}
+                "lr": self.optimizer.lr, "sps": sampled / (time.perf_counter() - start)}
 
     # ---- state --------------------------------------------------------------------------------
 

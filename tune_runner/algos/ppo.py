@@ -26,11 +26,13 @@ from tune_runner.algos.common import (
     FlatAdam,
     Rngs,
     check_positive,
+    check_schedule,
     check_unit,
     config_from_dict,
     make_vec_env,
     masked_logits,
     mlp,
+    scheduled,
     split_obs,
     state_dict_copy,
     to_tensor,
@@ -41,8 +43,8 @@ from tune_runner.algos.common import (
 class PPOConfig:
     """PPO settings, named as in RLlib's PPOConfig."""
 
-    lr: float = 3e-4
-    """Adam learning rate."""
+    lr: float | tuple[tuple[int, float], ...] = 3e-4
+    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
     gamma: float = 0.99
     """Discount factor."""
     lambda_: float = 0.95
@@ -78,7 +80,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
-        check_positive(self, "lr", "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
+        check_schedule(self, "lr")
+        check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
         check_unit(self, "gamma", allow_zero=False)
         check_unit(self, "lambda_")
@@ -173,7 +176,7 @@ class PPO:
             self.vf = init_layers(mlp([*sizes, 1], config.fcnet_activation), out_gain=1.0)
         self.pi.to(self.device)
         self.vf.to(self.device)
-        self.optimizer = FlatAdam([*self.pi.parameters(), *self.vf.parameters()], lr=config.lr)
+        self.optimizer = FlatAdam([*self.pi.parameters(), *self.vf.parameters()], lr=scheduled(config.lr, 0))
         self.stats = EpisodeStats(self.env.num_envs, window=config.metrics_num_episodes_for_smoothing)
         self.env_steps = 0
         self._buffers: dict[str, np.ndarray] = {}
@@ -287,10 +290,11 @@ class PPO:
     def train_iteration(self) -> dict[str, float]:
         """collect(train_batch_size) then learn; our metric names."""
         start = time.perf_counter()
+        self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
         batch = self.collect(self.config.train_batch_size)
         losses = self.learn(batch)
         return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
-                "episodes": self.stats.episodes, "env_steps": self.env_steps, **losses, "lr": self.config.lr,
+                "episodes": self.stats.episodes, "env_steps": self.env_steps, **losses, "lr": self.optimizer.lr,
                 "sps": batch["env_steps"] / (time.perf_counter() - start)}
 
     # ---- state --------------------------------------------------------------------------------
