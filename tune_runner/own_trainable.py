@@ -103,9 +103,25 @@ class OwnTrainable(tune.Trainable):
             self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
 
     def step(self) -> dict[str, float]:
-        if self.runners is not None:
-            return self.runners.train_iteration(self.learner)
-        return self.learner.train_iteration()
+        from tune_runner.audit import audit_result
+
+        result = self.runners.train_iteration(self.learner) if self.runners is not None \
+            else self.learner.train_iteration()
+        return {**result, **audit_result(self.config, self.applied())}
+
+    def applied(self) -> dict[str, float]:
+        """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
+        from tune_runner.audit import AUDITED
+
+        out = {}
+        for key in AUDITED:
+            if key not in self.config:
+                continue
+            if key == "lr":
+                out[key] = self.learner.optimizer.lr
+            else:
+                out[key] = getattr(self.learner.config, ALIASES.get(key, key), None)
+        return out
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         state = {"learner": self.learner.get_state(),

@@ -1,4 +1,8 @@
-"""Trainables by name: our own `ppo` and `dqn`, and `rllib/<ALGO>` for any RLlib algorithm.
+"""Trainables by name: our own `ppo` and `dqn`, `rllib/<ALGO>` for any RLlib algorithm, and `oracle`.
+
+`oracle` trains nothing: its return is a known function of the config (tune_runner.oracle),
+for trying searchers and schedulers; `oracle/stateless` has no checkpoints and
+`oracle/stale-restore` restores stale hyperparameters (PBT's audit catches it).
 
 Both report our metric names (tune_runner.metrics). The RLlib wrapper (not RLlib's own
 Tune integration) is what keeps results small: never RLlib's several-hundred-key result.
@@ -19,6 +23,9 @@ from tune_runner.errors import UserError, closest, unknown_name
 
 RLLIB_PREFIX = "rllib/"
 OWN = ("ppo", "dqn")
+ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")
+# Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
+TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
 # Keys of our trial config that are not RLlib AlgorithmConfig attributes.
 ENV_KEYS = ("env", "env_config")
 
@@ -32,7 +39,7 @@ def rllib_algorithms() -> list[str]:
 
 def trainable_names() -> list[str]:
     """Every trainable name a space file may use."""
-    return [*OWN, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
+    return [*OWN, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
 
 
 def algorithm_name(trainable: str) -> str:
@@ -51,9 +58,9 @@ def algorithm_name(trainable: str) -> str:
 
 def resolve(trainable: str) -> str:
     """Check a trainable name: `ppo`, `dqn` or `rllib/<ALGO>` (did-you-mean otherwise)."""
-    if trainable in OWN:
+    if trainable in OWN or trainable in ORACLES:
         return trainable
-    if trainable.lower() in OWN:
+    if trainable.lower() in OWN + ORACLES:
         raise UserError(f"unknown trainable {trainable!r}; did you mean {trainable.lower()!r}?")
     algorithm_name(trainable)
     return trainable
@@ -83,6 +90,8 @@ def nest(flat: dict[str, Any]) -> dict[str, Any]:
 
 def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]:
     """(key, message) for every key that is not a setting of the trainable."""
+    if trainable in ORACLES:
+        return []  # any hyperparameter; check_config asks for its optimum
     if trainable in OWN:
         from tune_runner.own_trainable import setting_names
 
@@ -100,6 +109,10 @@ def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]
 
 def check_config(trainable: str, config: dict[str, Any]) -> str | None:
     """The backend's own validation of one concrete config, before launch; the problem's first line."""
+    if trainable in ORACLES:
+        from tune_runner.oracle import check_config as check_oracle
+
+        return check_oracle(config)
     if trainable in OWN:
         from tune_runner.own_trainable import check_config as check_own
 
@@ -109,12 +122,47 @@ def check_config(trainable: str, config: dict[str, Any]) -> str | None:
 
 def trainable_class(trainable: str) -> type[tune.Trainable]:
     """The Tune trainable class for a trainable name (named after the algorithm)."""
+    if trainable in ORACLES:
+        from tune_runner import oracle
+
+        return {"oracle": oracle.Oracle, "oracle/stateless": oracle.stateless_oracle,
+                "oracle/stale-restore": oracle.OracleStaleRestore}[trainable]
     if trainable in OWN:
         from tune_runner.own_trainable import own_trainable_class
 
         return own_trainable_class(trainable)
     algo = algorithm_name(trainable)
     return type(algo, (RLlibTrainable,), {"algo_name": algo, "__module__": __name__})
+
+
+OWN_REPORTS = {
+    "ppo": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "policy_loss", "vf_loss",
+            "entropy", "kl", "lr", "sps"),
+    "dqn": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "qf_loss", "td_error_mean",
+            "epsilon", "lr", "sps"),
+}
+ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
+
+
+def reported(trainable: str) -> tuple[str, ...]:
+    """Result keys the trainable reports (besides Tune's own `training_iteration`, `time_total_s`, ...)."""
+    if trainable in ORACLES:
+        return ORACLE_REPORTS
+    if trainable in OWN:
+        return OWN_REPORTS[trainable]
+    return tuple(metrics.RLLIB_METRICS)
+
+
+def time_attrs(trainable: str) -> tuple[str, ...]:
+    """Result keys a scheduler may count time in for this trainable."""
+    return TIME_ATTRS + (("episodes",) if "episodes" in reported(trainable) else ())
+
+
+def can_checkpoint(trainable: str) -> bool:
+    """Whether the trainable saves and restores its state (PBT's exploit and resume need that)."""
+    cls = trainable_class(trainable)
+    return isinstance(cls, type) and issubclass(cls, tune.Trainable) and \
+        cls.save_checkpoint is not tune.Trainable.save_checkpoint
 
 
 def _check_rllib_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
@@ -158,9 +206,35 @@ class RLlibTrainable(tune.Trainable):
         self._last: dict[str, float] = {}
 
     def step(self) -> dict[str, float]:
+        from tune_runner.audit import audit_result
+
         result = metrics.from_rllib(self.algo.train(), previous=self._last)
         self._last = result
-        return result
+        return {**result, **audit_result(self.config, self.applied())}
+
+    def applied(self) -> dict[str, float]:
+        """The audited hyperparameters as the (first) learner uses them: its optimizer's lr, its config."""
+        from tune_runner.audit import AUDITED
+
+        keys = [k for k in AUDITED if k in self.config]
+
+        def read(learner: Any) -> dict[str, float]:
+            out = {}
+            for key in keys:
+                if key == "lr":
+                    optimizers = list(learner._named_optimizers.values())
+                    if optimizers:
+                        out[key] = float(learner._get_optimizer_lr(optimizers[0]))
+                else:
+                    value = getattr(learner.config, learner.config._translate_special_keys(key, warn_deprecated=False),
+                                    None)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        out[key] = value
+            return out
+
+        for item in self.algo.learner_group.foreach_learner(read):  # call results (local) or values (remote)
+            return item if isinstance(item, dict) else item.get()
+        return {}
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Reuse this actor for the next trial (saves a process start and RLlib's imports)."""
@@ -174,8 +248,22 @@ class RLlibTrainable(tune.Trainable):
 
     def load_checkpoint(self, checkpoint: str) -> None:
         self.algo.restore_from_path(checkpoint)
+        self._reapply_lr()
         self._last = {"env_steps": self.algo.metrics.peek("num_env_steps_sampled_lifetime", default=0),
                       "episode_return_mean": math.nan}
+
+    def _reapply_lr(self) -> None:
+        """Restoring a checkpoint loads its optimizers' param groups, lr included; without an lr
+        schedule RLlib never sets it again, so a PBT-perturbed lr would silently be the donor's."""
+        lr = self.config.get("lr")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool):
+            return  # a schedule: RLlib's own scheduler sets it after every update
+
+        def reset(learner: Any) -> None:
+            for optimizer in learner._named_optimizers.values():
+                learner._set_optimizer_lr(optimizer, lr=float(lr))
+
+        self.algo.learner_group.foreach_learner(reset)
 
     def cleanup(self) -> None:
         self.algo.stop()
