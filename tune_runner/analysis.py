@@ -114,3 +114,14 @@ def statuses(analysis: Any, *, ending: Callable[[dict], str]) -> Counter:
         else:
             counts[trial.status.lower()] += 1
     return counts
+
+
+def top_configs(analysis: Any, *, metric: str, mode: str, k: int, keys: tuple[str, ...]) -> list[dict]:
+    """The configs (only `keys`) of the best `k` trials by their last value of `metric`."""
+    scored = []
+    for trial in analysis.trials:
+        value = (trial.last_result or {}).get(metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            scored.append((value, trial))
+    scored.sort(key=lambda pair: pair[0], reverse=mode == "max")
+    return [{key: trial.config[key] for key in keys if key in trial.config} for _, trial in scored[:k]]

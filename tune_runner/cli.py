@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="run a search over a space")
     search.add_argument("--space", required=True, help="a shipped space name (tune-rl spaces list) or a YAML path")
     search.add_argument("--num-samples", type=int, help="number of trials")
-    search.add_argument("--searcher", help="search algorithm (random, optuna)")
+    search.add_argument("--searcher", "--search-alg", dest="searcher",
+                        help="search algorithm: random, grid, optuna, hyperopt, bohb")
     search.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
     search.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
     search.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
@@ -158,7 +159,10 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     if args.max_concurrent:
         changes["max_concurrent"] = args.max_concurrent
     if args.searcher:
-        changes["searcher"] = Component(args.searcher)
+        from tune_runner.searchers import COMMON
+
+        kept = {k: v for k, v in spec.searcher.settings.items() if k in COMMON}  # seed, warm start, points
+        changes["searcher"] = Component(args.searcher, kept)
     if args.scheduler:
         changes["scheduler"] = Component(args.scheduler)
     spec = spec.with_overrides(**changes)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,6 +41,7 @@ class Outcome:
     export_path: Path | None
     counts: Counter
     seconds: float
+    audit: str | None = None
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -52,11 +53,16 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The Ray Tune objects for a spec, all validated before anything starts."""
+    """The Ray Tune objects for a spec, all validated before anything starts.
 
+    `spec` is the spec as it runs (the grid searcher turns choices into grid axes).
+    """
+
+    spec: ExperimentSpec
     trainable: Any
     searcher: Any
     scheduler: Any
+    population: bool = False
 
 
 def check_env(name: str, *, where: str) -> None:
@@ -69,8 +75,8 @@ def check_env(name: str, *, where: str) -> None:
     raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
 
 
-def prepare(spec: ExperimentSpec) -> Prepared:
-    """Check every name and setting in the spec and build the Tune objects; start nothing."""
+def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
+    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
     from tune_runner import schedulers, searchers, trainables
 
     where = spec.source
@@ -83,12 +89,51 @@ def prepare(spec: ExperimentSpec) -> Prepared:
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{where}: {section}.{key}: {problem}")
     check_env(spec.env, where=where)
+    check_metric(spec, trainable)
     problem = _check_space_corners(spec, trainable)
     if problem:
         raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
-    scheduler = schedulers.build_scheduler(spec.scheduler, budget=spec.budget_env_steps, where=where)
-    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where)
-    return Prepared(trainables.trainable_class(spec.trainable), searcher, scheduler)
+    kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
+    searcher_type = searchers.searcher_type(spec.searcher, where=where)
+    check_combination(spec, trainable, kind, scheduler_type, searcher_type)
+    if spec.searcher.name == "grid":
+        spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
+    scheduler = schedulers.build_scheduler(
+        spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
+        time_attrs=trainables.time_attrs(trainable), seed=spec.searcher.settings.get("seed"))
+    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
+                                        metric=spec.metric, mode=spec.mode)
+    return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
+                    population=scheduler_type.population)
+
+
+def check_metric(spec: ExperimentSpec, trainable: str) -> None:
+    """The metric to optimize must be one the trainable reports."""
+    from tune_runner import trainables
+
+    known = (*trainables.reported(trainable), *trainables.TIME_ATTRS)
+    if spec.metric not in known:
+        raise UserError(f"{spec.source}: metric: {unknown_name(f'metric of {spec.trainable}', spec.metric, known)}")
+
+
+def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler: Any, searcher: Any) -> None:
+    """Scheduler x searcher x trainable combinations that cannot work, refused with the reason."""
+    from tune_runner import trainables
+
+    where, name = spec.source, spec.searcher.name
+    if scheduler.searcher and name != scheduler.searcher:
+        raise UserError(f"{where}: scheduler: {kind} works only with searcher {scheduler.searcher} "
+                        f"(BOHB = HyperBand + its own model), got searcher {name}; set searcher: {scheduler.searcher}")
+    if searcher.scheduler and kind != searcher.scheduler:
+        raise UserError(f"{where}: searcher: {name} works only with scheduler {searcher.scheduler}, got "
+                        f"scheduler {kind}; set scheduler: {searcher.scheduler}")
+    if scheduler.population and searcher.model_based:
+        raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
+                        f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
+    if scheduler.needs_checkpoints and not trainables.can_checkpoint(trainable):
+        why = "copies checkpoints between trials" if scheduler.population else "pauses trials and resumes them"
+        raise UserError(f"{where}: scheduler: {kind} {why}, and trainable {spec.trainable} cannot save a "
+                        f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
 
 
 def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
@@ -142,7 +187,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     """Validate, launch, track, select the best trial and export it."""
     out = out or sys.stdout
     quiet_logs(verbose=options.verbose)
-    prepared = prepare(spec)
+    prepared = prepare(spec, storage=options.storage)
+    spec = prepared.spec
     tracking.check_uri(options.mlflow_uri)
     name = experiment_name(spec, options, suffix=suffix)
     exp_path = options.storage / name
@@ -162,10 +208,16 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
                                 logged_keys=logged, ending=spec.ending),
     ]
+    audit = None
+    if prepared.population:
+        from tune_runner.audit import make_callback
+
+        audit = make_callback(out)
+        callbacks.append(audit)
     status = "FAILED"
     try:
         _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks)
-        outcome = _finish(spec, exp_path, options, started)
+        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         _log_outcome(mlflow, parent, spec, outcome)
     except KeyboardInterrupt:
@@ -191,10 +243,18 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
         run_config=tune.RunConfig(
             name=name, storage_path=str(storage), stop=BudgetStopper(spec),
             callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1, checkpoint_at_end=True),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
+                                                    checkpoint_at_end=True),
             failure_config=tune.FailureConfig(max_failures=1)),
     )
     tuner.fit()
+
+
+def checkpoints_to_keep(prepared: Prepared) -> int:
+    """Per trial. PBT exploits a donor's newest checkpoint while the donor trains on and saves
+    again; with 2 or fewer Ray can delete it first ("checkpoint does not exist on storage
+    anymore"). Older ones are pruned, so disk use stays at this many per trial."""
+    return 4 if prepared.population else 2
 
 
 class BudgetStopper(Stopper):
@@ -210,7 +270,8 @@ class BudgetStopper(Stopper):
         return False
 
 
-def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float) -> Outcome:
+def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *,
+            audit: str | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
     counts = analysis.statuses(loaded, ending=spec.ending)
     try:
@@ -220,7 +281,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     export_path = None
     if best is not None and options.export:
         export_path = export.write(export.bundle(spec, best, experiment=exp_path.name), exp_path / "best.yaml")
-    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started)
+    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit)
 
 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
@@ -254,6 +315,8 @@ def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcom
     if outcome.best is not None:
         values[f"best_{spec.metric}"] = outcome.best.value
         mlflow.set_tag(parent, "tune_rl.best_trial", outcome.best.trial_id)
+    if outcome.audit:
+        mlflow.set_tag(parent, "tune_rl.pbt_audit", outcome.audit)
     mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
     if outcome.export_path is not None:
         mlflow.log_artifact(parent, str(outcome.export_path))
@@ -284,6 +347,8 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
         steps = int(best.last_result.get("env_steps", 0))
         print(f"best       {best.trial_id}  {spec.metric} {fmt_value(best.value)} at {steps:,} env steps", file=out)
         print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
+    if outcome.audit:
+        print(f"pbt        {outcome.audit}", file=out)
     print(f"results    {outcome.experiment_path}", file=out)
     print(f"mlflow     {options.mlflow_uri}  (experiment {spec.name}, run {mlflow_run})", file=out)
     if outcome.export_path is not None:
