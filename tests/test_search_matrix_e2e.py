@@ -168,9 +168,19 @@ def test_pbt_on_our_ppo_exploits_and_the_audit_passes(ray_session, cli, _isolate
 
 def test_pbt_on_rllib_ppo_exploits_and_the_audit_passes(ray_session, cli, _isolated_home, tmp_path):
     # RLlib restores a checkpoint's optimizer lr with its weights; without our re-apply the audit fails.
-    fixed = {"num_envs_per_env_runner": 4, "train_batch_size_per_learner": 400, "minibatch_size": 200,
-             "num_epochs": 2, "seed": 0}
+    fixed = {"num_env_runners": 0, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 400,
+             "minibatch_size": 200, "num_epochs": 2, "seed": 0}
     path = pbt_space(tmp_path / "p.yaml", trainable="rllib/PPO", fixed=fixed, budget=2400, interval=800,
                      num_samples=2)
     result = cli("search", "--space", str(path), "--name", "pbt-rllib")
     assert_exploited_and_audited(result, trials_of(_isolated_home, "pbt-rllib"))
+
+
+def test_a_trial_bigger_than_the_cluster_is_refused_before_launch(ray_session, cli, _isolated_home, tmp_path):
+    # RLlib PPO's default: 2 env runners + its driver = 3 CPUs per trial on a 2-CPU Ray (Ray would wait forever)
+    path = pbt_space(tmp_path / "p.yaml", trainable="rllib/PPO", fixed={"num_env_runners": 2}, budget=800,
+                     interval=400, num_samples=1)
+    result = cli("search", "--space", str(path), "--name", "too-big")
+    assert result.status == 2 and len(result.err.strip().splitlines()) == 1, result.err
+    assert "one trial of rllib/PPO asks for 3 CPU (3 bundle(s)), the Ray cluster has 2 CPU" in result.err
+    assert not (_isolated_home / "results" / "too-big").exists()

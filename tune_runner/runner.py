@@ -149,6 +149,44 @@ def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
     return None
 
 
+def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]]:
+    """The resource bundles one trial asks for (its config's sample), e.g. [{"CPU": 1}, {"CPU": 1}]."""
+    config = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env,
+              "env_config": spec.env_config}
+    request = getattr(trainable, "default_resource_request", None)
+    factory = request(config) if callable(request) else None
+    if factory is None:
+        return [{"CPU": 1.0}]
+    return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
+
+
+def check_resources(spec: ExperimentSpec, prepared: Prepared) -> None:
+    """A trial that no node can hold would stay PENDING forever in Ray; refuse it before launch."""
+    import ray
+
+    bundles = trial_request(spec, prepared.trainable)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    total: Counter = Counter()
+    for bundle in bundles:
+        total.update(bundle)
+    have: Counter = Counter()
+    for node in nodes:
+        have.update({k: v for k, v in node.items() if k in total})
+    short = {k: v for k, v in total.items() if v > have.get(k, 0) + 1e-9}
+    unplaceable = [b for b in bundles if not any(all(node.get(k, 0) >= v for k, v in b.items()) for node in nodes)]
+    if not short and not unplaceable:
+        return
+    ask = ", ".join(f"{_num(v)} {k}" for k, v in total.items())
+    got = ", ".join(f"{_num(have.get(k, 0))} {k}" for k in total)
+    hint = "lower num_env_runners (or the trial's CPUs/GPUs), or run on a bigger Ray (--num-cpus, --address)"
+    raise UserError(f"{spec.source}: one trial of {spec.trainable} asks for {ask} "
+                    f"({len(bundles)} bundle(s)), the Ray cluster has {got}; {hint}")
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
 def quiet_logs(*, verbose: bool) -> None:
     """Keep the driver's output to our live view: RLlib, Tune and MLflow chatter only with --verbose."""
     if verbose:
@@ -197,6 +235,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     started = time.monotonic()
     _header(spec, name, out)
     ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose)
+    check_resources(spec, prepared)
     exp_path.mkdir(parents=True)
     (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
     mlflow = tracking.client(options.mlflow_uri)
