@@ -46,7 +46,7 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
     from ray.tune import ExperimentAnalysis
 
     space = tiny_ppo_small(tmp_path / "tiny.yaml")
-    result = cli("search", "--space", str(space), "--name", "tiny")
+    result = cli("search", "--space", str(space), "--name", "tiny", "--no-reevaluate")
     assert result.status == 0, result.err
     exp_path = _isolated_home / "results" / "tiny"
 
@@ -100,7 +100,7 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
 
 
 def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
-    result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna", "--no-reevaluate",
                  "--searcher", "optuna",
                  "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=600",
                  "--set", "num_steps_sampled_before_learning_starts=200")
@@ -123,7 +123,7 @@ def _progress(home: Path, name: str) -> list[dict]:
 def test_own_ppo_in_process_and_with_rollout_actors_learn_with_the_same_metrics(ray_session, cli, _isolated_home):
     keys = {}
     for name, runners in (("own-ppo", 0), ("own-ppo-actors", 1)):
-        result = cli("search", "--space", "ppo_small", "--set", "trainable=ppo", "--name", name,
+        result = cli("search", "--space", "ppo_small", "--set", "trainable=ppo", "--name", name, "--no-reevaluate",
                      "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=16000", "--set", "lr=0.002",
                      "--set", "num_epochs=6", "--set", "minibatch_size=256", "--set", "gamma=0.99",
                      "--set", "lambda_=0.95", "--set", f"num_env_runners={runners}")
@@ -137,7 +137,7 @@ def test_own_ppo_in_process_and_with_rollout_actors_learn_with_the_same_metrics(
 
 
 def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
-    result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors",
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors", "--no-reevaluate",
                  "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=3000",
                  "--set", "num_steps_sampled_before_learning_starts=500", "--set", "num_env_runners=1")
     assert result.status == 0, result.err

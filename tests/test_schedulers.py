@@ -136,6 +136,6 @@ def test_pb2_bounds_come_from_the_space_with_per_parameter_overrides():
 
 def test_hyperband_counts_env_steps_in_units_of_min_t():
     hyperband = build_scheduler(Component("hyperband"), budget=9_000, where="t")
-    assert hyperband.counts_in == "env_steps" and hyperband.unit_steps == 1_000
+    assert hyperband.counts_in == "env_steps" and hyperband.unit_steps == 990  # the preset's min_t: 11%
     assert hyperband._max_t_attr == 9  # 3 brackets at reduction factor 3, not log3(9000) = 8
-    assert hyperband._scaled({"env_steps": 4_500, "x": 1})["tune_rl_time_units"] == 4.5
+    assert hyperband._scaled({"env_steps": 4_950, "x": 1})["tune_rl_time_units"] == 5.0

@@ -19,7 +19,7 @@ SPACE = {"lr": {"loguniform": [1.0e-5, 1.0e-1]}, "x": {"uniform": [0.0, 1.0]},
 def oracle_space(path: Path, *, searcher, scheduler, num_samples=12, noise=0.0, budget=6000,
                  trainable="oracle", space=None) -> Path:
     raw = {"trainable": trainable, "env": "CartPole-v1", "budget": {"env_steps": budget},
-           "searcher": searcher, "scheduler": scheduler, "num_samples": num_samples,
+           "searcher": searcher, "scheduler": scheduler, "num_samples": num_samples, "reevaluate": False,
            "fixed": {"optimum": OPTIMUM, "log_scale": ["lr"], "noise": noise, "steps_per_iteration": 1000,
                      "rate": 0.3},
            "space": space or SPACE}
@@ -142,7 +142,7 @@ def pbt_space(path: Path, *, trainable: str, fixed: dict, budget: int, interval:
            "searcher": {"name": "random", "seed": 2},
            "scheduler": {"name": "pbt", "perturbation_interval": interval, "quantile_fraction": 0.5,
                          "resample_probability": 0.5},
-           "num_samples": num_samples, "fixed": fixed,
+           "num_samples": num_samples, "fixed": fixed, "reevaluate": False,
            "space": {"lr": {"loguniform": [1.0e-4, 1.0e-2]}, "clip_param": {"uniform": [0.1, 0.3]}}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

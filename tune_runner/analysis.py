@@ -103,6 +103,13 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last") ->
                 trial_path=str(chosen.path))
 
 
+def trial_best(analysis: Any, trial_id: str, *, metric: str, mode: str, value: float, scope: str) -> Best:
+    """A `Best` for a given trial (e.g. the re-evaluation's winner), scored `value` under `scope`."""
+    trial = next(t for t in analysis.trials if t.trial_id == trial_id)
+    return Best(trial_id=trial.trial_id, config=dict(trial.config), value=value, metric=metric, mode=mode,
+                scope=scope, last_result=dict(trial.last_result or {}), trial_path=str(trial.path))
+
+
 def statuses(analysis: Any, *, ending: Callable[[dict], str]) -> Counter:
     """Trials counted as done / solved / stopped early / errored / other; `ending` tells a finished trial's."""
     counts: Counter = Counter()

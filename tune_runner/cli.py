@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
     search.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
     search.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
+    search.add_argument("--no-reevaluate", action="store_true",
+                        help="skip re-training the top configs on fresh seeds at the end")
+    search.add_argument("--reevaluate", type=int, metavar="K", help="re-train the top K configs (default 2)")
+    search.add_argument("--seeds", type=int, metavar="N", help="... on N fresh seeds each (default 3)")
     _common_run_flags(search)
 
     spaces = sub.add_parser("spaces", help="list or show the shipped search spaces")
@@ -96,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     best.add_argument("--export", type=Path, metavar="FILE", help="write the best config bundle to FILE (YAML)")
     best.add_argument("--json", action="store_true", help="print the best config as JSON on stdout")
     best.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    best.add_argument("--reevaluate", type=int, metavar="K",
+                      help="re-train the top K configs on fresh seeds and pick the best interquartile mean")
+    best.add_argument("--seeds", type=int, metavar="N", help="seeds per re-trained config (default 3)")
+    best.add_argument("--num-cpus", type=int, help="CPUs for the local Ray of a re-evaluation (default: all)")
+
+    verify = sub.add_parser("verify", help="re-train an exported config and check its IQM lands in the bundle's CI")
+    verify.add_argument("bundle", type=Path, help="a file written by tune-rl best --export (after a re-evaluation)")
+    verify.add_argument("--seeds", type=int, default=3, metavar="N", help="fresh seeds to train on (default 3)")
+    verify.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    verify.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
+    verify.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
     train = sub.add_parser("train", help="one training run of an exported config (no search)")
     train.add_argument("--config", required=True, type=Path, help="a file written by tune-rl best --export")
@@ -166,7 +181,11 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     if args.scheduler:
         changes["scheduler"] = Component(args.scheduler)
     spec = spec.with_overrides(**changes)
-    outcome = runner.run(spec, _run_options(args, export=not args.no_export), out=out)
+    _positive("--reevaluate", args.reevaluate)
+    _positive("--seeds", args.seeds)
+    options = _run_options(args, export=not args.no_export, reevaluate=not args.no_reevaluate,
+                           top=args.reevaluate, seeds=args.seeds)
+    outcome = runner.run(spec, options, out=out)
     return outcome.exit_status
 
 
@@ -180,7 +199,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     spec = export.load(args.config, overrides=overrides)
     if args.budget:
         spec = spec.with_overrides(budget_env_steps=args.budget)
-    outcome = runner.run(spec, _run_options(args, export=False), out=out, suffix="train")
+    outcome = runner.run(spec, _run_options(args, export=False, reevaluate=False), out=out, suffix="train")
     return outcome.exit_status
 
 
@@ -225,7 +244,15 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     raw = read_yaml(spec_file)
     spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
     metric, mode = args.metric or spec.metric, args.mode or spec.mode
-    best = analysis.best_trial(analysis.load(path), metric=metric, mode=mode, scope=args.scope)
+    _positive("--reevaluate", args.reevaluate)
+    _positive("--seeds", args.seeds)
+    loaded = analysis.load(path)
+    best = analysis.best_trial(loaded, metric=metric, mode=mode, scope=args.scope)
+    verdict = None
+    if args.reevaluate:
+        verdict = _reevaluate_best(spec, loaded, path, args, out, metric=metric, mode=mode)
+        best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=metric, mode=mode,
+                                   value=verdict.winner.iqm, scope="reevaluated IQM")
     if args.json:
         config = {k: v for k, v in best.config.items() if k not in export.ENV_KEYS}
         print(json.dumps(config, sort_keys=True, default=str), file=out)
@@ -234,9 +261,62 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
         print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({args.scope}, {mode})", file=out)
         print(f"config     {fmt_config(best.config, shown)}", file=out)
     if args.export:
-        written = export.write(export.bundle(spec, best, experiment=path.name), args.export)
+        written = export.write(export.bundle(spec, best, experiment=path.name, verdict=verdict), args.export)
         print(f"exported   {written}", file=err_or_out(args, out))
     return ExitStatus.OK
+
+
+def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespace, out: TextIO, *, metric: str,
+                     mode: str) -> Any:
+    from dataclasses import replace
+    from datetime import datetime
+
+    from tune_runner import robust, runner
+
+    runner.quiet_logs(verbose=False)
+    spec = replace(spec, metric=metric, mode=mode)
+    picks = robust.candidates(loaded, metric=metric, mode=mode, k=args.reevaluate)
+    if not picks:
+        raise UserError(f"--reevaluate {args.reevaluate}: no finished trial of {path.name} reported {metric}")
+    runner.ensure_ray(num_cpus=args.num_cpus, verbose=False)
+    shown = err_or_out(args, out)
+    verdict = robust.reevaluate(spec, picks, seeds=args.seeds or robust.DEFAULT_SEEDS, storage=path,
+                                name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=shown)
+    for line in robust.describe(verdict, metric=metric):
+        print(f"robust     {line}", file=shown)
+    return verdict
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from datetime import datetime
+
+    from tune_runner import export, paths, robust, runner
+    from tune_runner.spec import read_yaml
+
+    _positive("--seeds", args.seeds)
+    spec = export.load(args.bundle)
+    raw = read_yaml(args.bundle)
+    evaluation = raw.get("evaluation") or {}
+    ci = evaluation.get("ci")
+    if not (isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)):
+        raise UserError(f"{args.bundle}: evaluation.ci: missing; verify needs a bundle exported after a "
+                        f"re-evaluation (tune-rl best EXP --reevaluate K --export FILE)")
+    used = [s for s in (raw.get("seeds") or {}).get("reevaluation", []) if isinstance(s, int)]
+    first = max(used, default=robust.SEED_BASE - 1) + 1
+    source = raw.get("source") or {}
+    pick = robust.Candidate(str(source.get("trial_id", "bundle")), dict(spec.fixed), float(evaluation.get("iqm", 0)))
+    runner.quiet_logs(verbose=args.verbose)
+    runner.ensure_ray(num_cpus=args.num_cpus, verbose=args.verbose)
+    storage = args.storage or paths.default_storage()
+    verdict = robust.reevaluate(spec, [pick], seeds=args.seeds, storage=storage,
+                                name=f"verify-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}", out=out, first_seed=first)
+    again = verdict.winner
+    low, high = float(ci[0]), float(ci[1])
+    inside = low <= again.iqm <= high
+    print(f"verify     IQM {again.iqm:.1f} over seeds {again.seeds[0]}-{again.seeds[-1]} "
+          f"(returns {', '.join(f'{r:.1f}' for r in again.returns)}); the bundle's CI is [{low:.1f}, {high:.1f}]: "
+          f"{'inside, the config holds' if inside else 'OUTSIDE, the config does not reproduce'}", file=out)
+    return ExitStatus.OK if inside else ExitStatus.ERROR
 
 
 def err_or_out(args: argparse.Namespace, out: TextIO) -> TextIO:
@@ -251,7 +331,7 @@ def _spec_fields(raw: dict) -> dict:
 
 
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
-            "best": cmd_best}
+            "best": cmd_best, "verify": cmd_verify}
 
 
 def entry_point() -> None:

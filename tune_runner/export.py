@@ -13,15 +13,34 @@ from tune_runner.spec import Component, ExperimentSpec, budget_steps, number_set
 
 FORMAT = 1
 KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
-        "stop_at", "config", "result", "source")
-ENV_KEYS = ("env", "env_config")
+        "stop_at", "config", "resolved", "seeds", "evaluation", "result", "source", "versions")
+ENV_KEYS = ("env", "env_config", "tune_rl_candidate")
 
 
-def bundle(spec: ExperimentSpec, best: Best, *, experiment: str) -> dict[str, Any]:
-    """The exported mapping: what to run (trainable, env, resolved config) and where it came from."""
+def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None) -> dict[str, Any]:
+    """The exported mapping, standing on its own: what to run (trainable, env, the config and every
+    value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
+    re-evaluated), and where it came from (space file and hash, experiment, trial, versions, commit)."""
+    from tune_runner.trainables import resolved_config
+
     config = {k: v for k, v in best.config.items() if k not in ENV_KEYS}
     result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
               if k in best.last_result}
+    seeds = {"search": config.get("seed", 0)}
+    evaluation: dict[str, Any] = {"protocol": f"single run: {spec.metric} at the end of the trial ({best.scope})"}
+    if verdict is not None:
+        from tune_runner import robust
+
+        winner = verdict.winner
+        seeds["reevaluation"] = list(winner.seeds)
+        evaluation = {
+            "protocol": f"top {len(verdict.ranked)} configs re-trained on {len(winner.seeds)} fresh seeds with the "
+                        f"search's budget; final {spec.metric}; interquartile mean with a percentile-bootstrap "
+                        f"{robust.CONFIDENCE:.0%} CI ({robust.BOOTSTRAP_RESAMPLES} resamples, seed 0)",
+            "iqm": winner.iqm, "ci": list(winner.ci), "returns": list(winner.returns),
+            "clear_winner": verdict.clear, "verdict": verdict.sentence(),
+            "ranking": [{"trial_id": e.candidate.trial_id, "iqm": e.iqm, "ci": list(e.ci)} for e in verdict.ranked],
+        }
     return {
         "tune_rl_format": FORMAT,
         "description": f"best trial of {experiment} ({spec.name})",
@@ -33,10 +52,34 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str) -> dict[str, An
         "budget": {"env_steps": spec.budget_env_steps},
         "stop_at": spec.stop_at,
         "config": _plain(config),
+        "resolved": _plain(resolved_config(spec.trainable, {**config, "env": spec.env})),
+        "seeds": _plain(seeds),
+        "evaluation": _plain(evaluation),
         "result": _plain({**result, "score": best.value, "scope": best.scope}),
         "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
                    "space_file": spec.source, "space_sha256": spec.source_sha256},
+        "versions": versions(),
     }
+
+
+def versions() -> dict[str, str | None]:
+    """tune-rl, Ray, torch and gymnasium versions, and our git commit when running from a checkout."""
+    import subprocess
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("tune-rl", "ray", "torch", "gymnasium"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=5, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    found["git_commit"] = commit or None
+    return found
 
 
 def write(data: dict[str, Any], path: Path) -> Path:

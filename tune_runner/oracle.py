@@ -10,6 +10,7 @@ Its config: the searched hyperparameters plus
     optimum: {lr: 1.0e-3, gamma: 0.99, activation: tanh}   # the best config (required)
     log_scale: [lr]            # keys whose distance counts in decades
     noise: 0.0                 # std of Gaussian noise on every reported return
+    seed_noise: 0.0            # std of a per-run offset fixed by (seed, config): seed luck
     rate: 0.15                 # share of the gap to the config's peak closed per iteration
     steps_per_iteration: 1000  # env steps each iteration reports
     seed: 0
@@ -36,8 +37,8 @@ from ray import tune
 
 from tune_runner.audit import audit_result
 
-SETTINGS = ("optimum", "log_scale", "noise", "rate", "steps_per_iteration", "seed")
-TRIAL_KEYS = ("env", "env_config")
+SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed")
+TRIAL_KEYS = ("env", "env_config", "tune_rl_candidate")
 STATE_FILE = "oracle.json"
 
 
@@ -67,6 +68,15 @@ def peak(config: Mapping[str, Any]) -> float:
     return 500.0 * math.exp(-distance(config) ** 2)
 
 
+def seed_offset(config: Mapping[str, Any]) -> float:
+    """A run's luck: an offset drawn once from (seed, hyperparameters), the same in every process."""
+    std = float(config.get("seed_noise", 0.0) or 0.0)
+    if not std:
+        return 0.0
+    key = f"{config.get('seed', 0)}:{sorted((k, repr(v)) for k, v in hyperparameters(config).items())}"
+    return random.Random(key).gauss(0.0, std)
+
+
 def check_config(config: Mapping[str, Any]) -> str | None:
     """One line on what is wrong with an oracle config, or None."""
     optimum = config.get("optimum")
@@ -79,7 +89,7 @@ def check_config(config: Mapping[str, Any]) -> str | None:
         for value in (optimum.get(key), config.get(key)):
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
                 return f"{key}: on log_scale, so it must be a positive number, got {value!r}"
-    for key in ("noise",):
+    for key in ("noise", "seed_noise"):
         value = config.get(key, 0.0)
         if not isinstance(value, (int, float)) or value < 0:
             return f"{key} must be a number >= 0, got {value!r}"
@@ -109,7 +119,7 @@ class Oracle(tune.Trainable):
         self.level += float(self.config.get("rate", 0.15)) * (peak(config) - self.level)
         self.env_steps += int(self.config.get("steps_per_iteration", 1000))
         noise = float(self.config.get("noise", 0.0))
-        value = self.level + (self.rng.gauss(0.0, noise) if noise else 0.0)
+        value = self.level + seed_offset(config) + (self.rng.gauss(0.0, noise) if noise else 0.0)
         result = {"episode_return_mean": value, "env_steps": self.env_steps, "peak": peak(config)}
         return {**result, **audit_result(self.config, self.applied)}
 
@@ -154,7 +164,7 @@ def stateless_oracle(config: dict[str, Any]) -> None:
         level += float(config.get("rate", 0.15)) * (peak(config) - level)
         steps += int(config.get("steps_per_iteration", 1000))
         noise = float(config.get("noise", 0.0))
-        tune.report({"episode_return_mean": level + (rng.gauss(0.0, noise) if noise else 0.0),
+        tune.report({"episode_return_mean": level + seed_offset(config) + (rng.gauss(0.0, noise) if noise else 0.0),
                      "env_steps": steps, "peak": peak(config)})
 
 

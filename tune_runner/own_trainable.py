@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from ray import tune
 
 # Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners")
+TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate")
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -30,6 +32,9 @@ class RunOptions:
     export: bool = True
     verbose: bool = False
     num_cpus: int | None = None
+    reevaluate: bool = True
+    top: int | None = None
+    seeds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Outcome:
     counts: Counter
     seconds: float
     audit: str | None = None
+    verdict: Any = None
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -194,8 +200,11 @@ def quiet_logs(*, verbose: bool) -> None:
     for name in ("ray.rllib", "ray.tune", "ray.train"):
         logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is first imported
-    for name in ("mlflow", "alembic"):
+    for name in ("mlflow", "alembic", "optuna", "hpbandster"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # PB2's Gaussian process fit warns about convergence on almost every perturbation.
+    warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
+    warnings.filterwarnings("ignore", message=r".*TPESampler.*|.*CmaEsSampler.*|.*multivariate.*")
 
 
 def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
@@ -256,7 +265,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     status = "FAILED"
     try:
         _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks)
-        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None)
+        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         _log_outcome(mlflow, parent, spec, outcome)
     except KeyboardInterrupt:
@@ -310,17 +319,40 @@ class BudgetStopper(Stopper):
 
 
 def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *,
-            audit: str | None = None) -> Outcome:
+            audit: str | None = None, out: TextIO | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
     counts = analysis.statuses(loaded, ending=spec.ending)
     try:
         best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last")
     except UserError:
         best = None
+    verdict = None
+    if best is not None and options.reevaluate and spec.reevaluate is not False:
+        verdict = _reevaluate(spec, loaded, exp_path, options, out or sys.stdout)
+        if verdict is not None:
+            best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=spec.metric,
+                                       mode=spec.mode, value=verdict.winner.iqm, scope="reevaluated IQM")
     export_path = None
     if best is not None and options.export:
-        export_path = export.write(export.bundle(spec, best, experiment=exp_path.name), exp_path / "best.yaml")
-    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit)
+        export_path = export.write(export.bundle(spec, best, experiment=exp_path.name, verdict=verdict),
+                                   exp_path / "best.yaml")
+    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict)
+
+
+def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunOptions, out: TextIO) -> Any:
+    """The automatic robust-best stage (tune_runner.robust), or None when it does not apply."""
+    from tune_runner import robust
+
+    settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
+    top, seeds = options.top or settings.get("top"), options.seeds or settings.get("seeds")
+    shape = robust.plan(spec.num_trials, top=top, seeds=seeds)
+    picks = robust.candidates(loaded, metric=spec.metric, mode=spec.mode, k=shape[0]) if shape else []
+    if shape is None or len(picks) < 2 and top is None:
+        print(f"re-evaluation skipped: {spec.num_trials} trial(s) is too few for {robust.DEFAULT_TOP} configs x "
+              f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
+              file=out, flush=True)
+        return None
+    return robust.reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
 
 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
@@ -356,7 +388,12 @@ def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcom
         mlflow.set_tag(parent, "tune_rl.best_trial", outcome.best.trial_id)
     if outcome.audit:
         mlflow.set_tag(parent, "tune_rl.pbt_audit", outcome.audit)
-    mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()])
+    if outcome.verdict is not None:
+        winner = outcome.verdict.winner
+        values.update(robust_iqm=winner.iqm, robust_ci_low=winner.ci[0], robust_ci_high=winner.ci[1])
+        mlflow.set_tag(parent, "tune_rl.robust_verdict", outcome.verdict.sentence())
+    mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
+                                      if math.isfinite(float(v))])
     if outcome.export_path is not None:
         mlflow.log_artifact(parent, str(outcome.export_path))
 
@@ -388,6 +425,11 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
         print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
     if outcome.audit:
         print(f"pbt        {outcome.audit}", file=out)
+    if outcome.verdict is not None:
+        from tune_runner.robust import describe
+
+        for i, line in enumerate(describe(outcome.verdict, metric=spec.metric)):
+            print(f"{'robust' if i == 0 else '':<10} {line}", file=out)
     print(f"results    {outcome.experiment_path}", file=out)
     print(f"mlflow     {options.mlflow_uri}  (experiment {spec.name}, run {mlflow_run})", file=out)
     if outcome.export_path is not None:

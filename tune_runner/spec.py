@@ -20,7 +20,8 @@ from tune_runner.errors import UserError, closest, unknown_name
 from tune_runner.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "fixed", "space", "backends")
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "reevaluate", "fixed", "space",
+            "backends")
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -56,6 +57,7 @@ class ExperimentSpec:
     space: tuple[Param, ...]
     source_sha256: str = ""
     stop_at: float | None = None
+    reevaluate: bool | dict = True
 
     def reached(self, result: dict) -> bool:
         """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
@@ -101,7 +103,7 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "fixed": self.fixed,
+            "reevaluate": self.reevaluate, "fixed": self.fixed,
             "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
                       for p in self.space},
         }
@@ -273,7 +275,19 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
         fixed=fixed,
         space=space,
+        reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
     )
+
+
+def _reevaluate_setting(value: Any, where: str) -> bool | dict:
+    """`reevaluate: false`, `true` (the default: 2 configs x 3 seeds, capped), or `{top: K, seeds: N}`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, dict) and set(value) <= {"top", "seeds"} and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value.values()):
+        return dict(value)
+    raise UserError(f"{where}: reevaluate: expected false, true or {{top: 2, seeds: 3}} (positive integers), "
+                    f"got {_short(value)}")
 
 
 def _typed(raw: dict, key: str, kind: type, where: str, *, default: Any = ...) -> Any:

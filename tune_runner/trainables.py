@@ -27,7 +27,7 @@ ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")
 # Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
 # Keys of our trial config that are not RLlib AlgorithmConfig attributes.
-ENV_KEYS = ("env", "env_config")
+ENV_KEYS = ("env", "env_config", "tune_rl_candidate")  # ours, not RLlib settings
 
 
 def rllib_algorithms() -> list[str]:
@@ -156,6 +156,32 @@ def reported(trainable: str) -> tuple[str, ...]:
 def time_attrs(trainable: str) -> tuple[str, ...]:
     """Result keys a scheduler may count time in for this trainable."""
     return TIME_ATTRS + (("episodes",) if "episodes" in reported(trainable) else ())
+
+
+def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Every value the trainable uses for `config`: its defaults filled in (RLlib: its whole AlgorithmConfig)."""
+    plain = (str, int, float, bool, type(None))
+
+    def keep(value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return all(keep(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and keep(v) for k, v in value.items())
+        return type(value) in plain  # exactly: an Enum that subclasses str is not plain data
+
+    if trainable in ORACLES:
+        return {k: v for k, v in config.items() if k not in ENV_KEYS}
+    if trainable in OWN:
+        import dataclasses
+
+        from tune_runner.own_trainable import learner_classes, learner_settings
+
+        _, config_cls = learner_classes(trainable)
+        values = dataclasses.asdict(config_cls.from_dict(learner_settings(config)))
+        values["num_env_runners"] = config.get("num_env_runners", 0)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    full = rllib_config(algorithm_name(trainable), config).to_dict()
+    return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and keep(v)}
 
 
 def can_checkpoint(trainable: str) -> bool:

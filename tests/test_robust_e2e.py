@@ -1,0 +1,98 @@
+"""Re-evaluation, the standalone bundle, `verify`: on a real local Ray with the oracle (known noise) and our PPO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tune_runner.oracle import peak, seed_offset
+
+pytestmark = pytest.mark.e2e
+
+OPTIMUM = {"lr": 1.0e-3, "x": 0.7}
+TRUE_BEST, DECOY = 0.7, 0.23  # peaks 500 and about 401
+
+
+def _config(x: float, seed: int, seed_noise: float) -> dict:
+    return {"lr": 1.0e-3, "x": x, "seed": seed, "seed_noise": seed_noise, "optimum": OPTIMUM, "log_scale": ["lr"]}
+
+
+def lucky_seed(seed_noise: float) -> int:
+    """A seed on which the decoy's luck beats the optimum's by a wide margin (offsets are deterministic)."""
+    for seed in range(2000):
+        single = {x: peak(_config(x, seed, seed_noise)) + seed_offset(_config(x, seed, seed_noise))
+                  for x in (TRUE_BEST, DECOY)}
+        if single[DECOY] > single[TRUE_BEST] + 30:
+            return seed
+    raise AssertionError("no lucky seed")
+
+
+def oracle_file(path: Path, *, seed: int, seed_noise: float, reevaluate) -> Path:
+    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 10000}, "searcher": "random",
+           "scheduler": "fifo", "num_samples": 1, "reevaluate": reevaluate,
+           "fixed": {"optimum": OPTIMUM, "log_scale": ["lr"], "lr": 1.0e-3, "seed": seed, "seed_noise": seed_noise,
+                     "rate": 0.5},
+           "space": {"x": {"grid": [TRUE_BEST, DECOY]}}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_reevaluation_picks_the_true_optimum_over_a_lucky_decoy(ray_session, cli, _isolated_home, tmp_path):
+    from ray.tune import ExperimentAnalysis
+
+    seed = lucky_seed(40.0)
+    path = oracle_file(tmp_path / "o.yaml", seed=seed, seed_noise=40.0, reevaluate={"top": 2, "seeds": 8})
+    result = cli("search", "--space", str(path), "--name", "decoy")
+    assert result.status == 0, result.err
+    exp = _isolated_home / "results" / "decoy"
+    trials = ExperimentAnalysis(str(exp)).trials
+    single_pick = max(trials, key=lambda t: t.last_result["episode_return_mean"])
+    assert single_pick.config["x"] == DECOY  # one seed: the decoy looks best
+    bundle = yaml.safe_load((exp / "best.yaml").read_text())
+    assert bundle["config"]["x"] == TRUE_BEST  # eight fresh seeds: the optimum wins
+    evaluation = bundle["evaluation"]
+    assert evaluation["ci"][0] <= evaluation["iqm"] <= evaluation["ci"][1] and len(evaluation["returns"]) == 8
+    assert bundle["seeds"] == {"search": seed, "reevaluation": list(range(1000, 1008))}
+    assert [r["trial_id"] for r in evaluation["ranking"]][0] != single_pick.trial_id
+    assert "robust" in result.out and ("clear winner" in result.out or "no clear winner" in result.out)
+
+
+def test_bundle_stands_alone_and_train_config_feeds_the_same_resolved_config(ray_session, cli, _isolated_home,
+                                                                           tmp_path):
+    from ray.tune import ExperimentAnalysis
+
+    from tune_runner.trainables import resolved_config
+
+    result = cli("search", "--space", "ppo_small", "--name", "one", "--no-reevaluate", "--num-samples", "1",
+                 "--scheduler", "fifo", "--set", "budget=1024", "--set", "train_batch_size_per_learner=512",
+                 "--set", "num_envs_per_env_runner=8", "--set", "minibatch_size=512")
+    assert result.status == 0, result.err
+    exported = tmp_path / "best.yaml"
+    assert cli("best", "one", "--export", str(exported)).status == 0
+    bundle = yaml.safe_load(exported.read_text())
+    for key in ("resolved", "seeds", "evaluation", "versions", "source", "budget", "env_config"):
+        assert key in bundle, key
+    assert bundle["resolved"]["clip_param"] == 0.2 and bundle["resolved"]["lambda_"] == bundle["config"]["lambda_"]
+    assert set(bundle["versions"]) >= {"tune-rl", "ray", "torch", "gymnasium", "git_commit"}
+    assert len(bundle["source"]["space_sha256"]) == 64
+    trained = cli("train", "--config", str(exported), "--name", "again")
+    assert trained.status == 0, trained.err
+    (trial,) = ExperimentAnalysis(str(_isolated_home / "results" / "again")).trials
+    assert yaml.safe_load(yaml.safe_dump(resolved_config("ppo", trial.config))) == bundle["resolved"]
+
+
+def test_verify_exits_0_when_the_ci_holds_and_1_when_it_was_tampered(ray_session, cli, _isolated_home, tmp_path):
+    path = oracle_file(tmp_path / "o.yaml", seed=0, seed_noise=0.0, reevaluate={"top": 2, "seeds": 2})
+    assert cli("search", "--space", str(path), "--name", "holds").status == 0
+    bundle = _isolated_home / "results" / "holds" / "best.yaml"
+    held = cli("verify", str(bundle), "--seeds", "2")
+    assert held.status == 0, held.out + held.err
+    assert "inside, the config holds" in held.out
+    raw = yaml.safe_load(bundle.read_text())
+    raw["evaluation"]["ci"] = [0.0, 1.0]
+    tampered = tmp_path / "tampered.yaml"
+    tampered.write_text(yaml.safe_dump(raw, sort_keys=False))
+    failed = cli("verify", str(tampered), "--seeds", "2")
+    assert failed.status == 1 and "OUTSIDE" in failed.out and "[0.0, 1.0]" in failed.out
