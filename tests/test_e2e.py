@@ -100,7 +100,8 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
 
 
 def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
-    result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna", "--no-reevaluate",
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
+                 "--no-reevaluate",
                  "--searcher", "optuna",
                  "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=600",
                  "--set", "num_steps_sampled_before_learning_starts=200")
@@ -137,7 +138,8 @@ def test_own_ppo_in_process_and_with_rollout_actors_learn_with_the_same_metrics(
 
 
 def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
-    result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors", "--no-reevaluate",
+    result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors",
+                 "--no-reevaluate",
                  "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=3000",
                  "--set", "num_steps_sampled_before_learning_starts=500", "--set", "num_env_runners=1")
     assert result.status == 0, result.err
