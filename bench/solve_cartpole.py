@@ -35,8 +35,9 @@ TARGET, WINDOW = 475.0, 100
 ENV_ID = "CartPole-v1"
 
 # Our speed configs for one thread: 32 numpy-vectorized envs, big batches, few large updates.
-OUR_PPO = {"lr": [[0, 5e-3], [150000, 0.0]], "gamma": 0.99, "lambda": 0.9, "vf_clip_param": None, "num_envs_per_env_runner": 32,
-           "train_batch_size": 1024, "minibatch_size": 512, "num_epochs": 4, "fcnet_hiddens": [32, 32]}
+OUR_PPO = {"lr": [[0, 5e-3], [150000, 0.0]], "gamma": 0.99, "lambda": 0.9, "vf_clip_param": None,
+           "num_envs_per_env_runner": 32, "train_batch_size": 1024, "minibatch_size": 512, "num_epochs": 4,
+           "fcnet_hiddens": [32, 32]}
 OUR_DQN = {"lr": 2e-3, "gamma": 0.99, "n_step": 3, "double_q": True, "num_envs_per_env_runner": 32,
            "train_batch_size": 512, "training_intensity": 16, "target_network_update_freq": 1000,
            "fcnet_hiddens": [64, 64], "epsilon": [[0, 1.0], [10000, 0.01]],
