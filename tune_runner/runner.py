@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import yaml
 from ray.tune import Stopper
 
-from tune_runner import analysis, export, tracking
+from tune_runner import analysis, export, mlflow_uri, tracking
 from tune_runner.errors import ExitStatus, UserError, unknown_name
 from tune_runner.spec import ExperimentSpec
 
@@ -189,7 +189,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     quiet_logs(verbose=options.verbose)
     prepared = prepare(spec, storage=options.storage)
     spec = prepared.spec
-    tracking.check_uri(options.mlflow_uri)
+    mlflow_uri.check_uri(options.mlflow_uri)
     name = experiment_name(spec, options, suffix=suffix)
     exp_path = options.storage / name
     if exp_path.exists():
@@ -350,7 +350,8 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
     if outcome.audit:
         print(f"pbt        {outcome.audit}", file=out)
     print(f"results    {outcome.experiment_path}", file=out)
-    print(f"mlflow     {options.mlflow_uri}  (experiment {spec.name}, run {mlflow_run})", file=out)
+    print(f"mlflow     {mlflow_uri.redacted(options.mlflow_uri)}  (experiment {spec.name}, run {mlflow_run})",
+          file=out)
     if outcome.export_path is not None:
         print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
     out.flush()
