@@ -4,7 +4,6 @@ process where tune_runner cannot be imported, and acting exactly as the learner 
 
 from __future__ import annotations
 
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -14,43 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.mlflow_helpers import subprocess_env
+from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env, trained_checkpoint
 from tune_runner import model, tune_rl_policy
-from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
-
-CONFIGS = {
-    "ppo": {"env": "CartPole-v1", "num_envs_per_env_runner": 4, "train_batch_size": 256, "fcnet_hiddens": [16, 16],
-            "fcnet_activation": "relu"},
-    "dqn": {"env": "CartPole-v1", "num_envs_per_env_runner": 4, "train_batch_size": 256, "fcnet_hiddens": [16, 8],
-            "dueling": True, "num_steps_sampled_before_learning_starts": 64},
-}
-
-# Loads a model with tune_runner made unimportable, as a caller without tune-rl would.
-LOAD_WITHOUT_TUNE_RL = """
-import sys
-class NoTuneRl:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "tune_runner":
-            raise ImportError("tune_runner is not installed here")
-sys.meta_path.insert(0, NoTuneRl())
-import numpy as np, mlflow
-mlflow.set_tracking_uri(sys.argv[1])
-obs = np.load(sys.argv[2])
-for i, uri in enumerate(sys.argv[3:]):
-    np.save(f"actions{i}.npy", mlflow.pyfunc.load_model(uri).predict(obs))
-"""
-
-
-def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
-    """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
-    config = CONFIGS[name]
-    learner = build_learner(name, config)
-    learner.train_iteration()
-    for index in (1, 12, 3):  # numbered, not sorted by name or creation order
-        (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
-    with open(trial / "checkpoint_000012" / CHECKPOINT_FILE, "wb") as f:
-        pickle.dump({"learner": learner.get_state(), "runners": None}, f)
-    return learner, config
 
 
 def observations(n: int = 64) -> np.ndarray:
@@ -103,8 +67,9 @@ def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, t
 
     obs = tmp_path / "obs.npy"
     np.save(obs, observations())
-    done = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_TUNE_RL, uri, str(obs), logged.uri, f"runs:/{run}/policy"],
-                          cwd=tmp_path, env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True, timeout=300)
+    argv = [sys.executable, "-c", LOAD_WITHOUT_TUNE_RL, uri, str(obs), logged.uri, f"runs:/{run}/policy"]
+    done = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for i in range(2):
         actions = np.load(tmp_path / f"actions{i}.npy")

@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
     search.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
     search.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
+    search.add_argument("--register-model", metavar="NAME",
+                        help="register the best trial's policy in the MLflow model registry as NAME (ppo, dqn)")
     _common_run_flags(search)
 
     spaces = sub.add_parser("spaces", help="list or show the shipped search spaces")
@@ -166,7 +168,8 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     if args.scheduler:
         changes["scheduler"] = Component(args.scheduler)
     spec = spec.with_overrides(**changes)
-    outcome = runner.run(spec, _run_options(args, export=not args.no_export), out=out)
+    outcome = runner.run(spec, _run_options(args, export=not args.no_export, register_model=args.register_model),
+                         out=out)
     return outcome.exit_status
 
 

@@ -10,8 +10,11 @@ needs mlflow, torch and numpy, not tune-rl. RLlib's trainables and the oracle ar
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pickle
 import re
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -113,16 +116,20 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
             experiment_id, name=MODEL_NAME, source_run_id=run_id, model_type="policy",
             params=flat_params({k: v for k, v in best.config.items() if k not in ("env_config",)}),
             tags={"tune_rl.trial_id": best.trial_id, "tune_rl.checkpoint": checkpoint.name})
-        previous = mlflow.get_tracking_uri()
+        previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
         mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
         try:
-            info = Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
-                             model_id=logged.model_id, loader_module="tune_rl_policy", data_path=str(data),
-                             code_paths=[tune_rl_policy.__file__], pip_requirements=requirements(),
-                             signature=signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
-                             registered_model_name=register_as, await_registration_for=0)
+            with contextlib.redirect_stderr(chatter):  # "Successfully registered model": our summary says so
+                info = Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
+                                 model_id=logged.model_id, loader_module="tune_rl_policy", data_path=str(data),
+                                 code_paths=[tune_rl_policy.__file__], pip_requirements=requirements(),
+                                 signature=signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
+                                 registered_model_name=register_as, await_registration_for=0)
         finally:
             mlflow.set_tracking_uri(previous)
+            rest = [line for line in chatter.getvalue().splitlines(keepends=True)
+                    if not line.startswith("Successfully registered model")]
+            sys.stderr.write("".join(rest))
     version = str(info.registered_model_version) if register_as and info.registered_model_version else None
     shown = f"models:/{register_as}/{version}" if version else f"models:/{logged.model_id}"
     return Logged(shown, f"{shown}  (from {checkpoint.name} of {best.trial_id})", version)
