@@ -11,7 +11,11 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.tune-rl-installed
 PIP         := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: setup search test lint bench clean
+# The tests also need a browser and a database server from Debian: headless Chromium for the
+# dashboard's browser test, PostgreSQL for the tracking-server tests (installed once, then skipped).
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup system-deps search test lint bench clean
 
 setup: $(STAMP)
 
@@ -24,7 +28,13 @@ $(STAMP): pyproject.toml
 search: setup
 	$(BIN)/tune-rl search --space $(SPACE)
 
-test: setup
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql >/dev/null; \
+	fi
+
+test: setup system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: setup
@@ -33,6 +43,7 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/solve_cartpole.py
 	$(BIN)/python bench/mlflow_batching.py
+	$(BIN)/python bench/dashboard_start.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -64,6 +64,17 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["best", "x", "--scope", "avg-last-x"], ["--scope avg-last-x: expected last | max | avg-last-N"]),
     (["train", "--config", "missing.yaml"], ["missing.yaml: cannot read"]),
     (["spaces", "show", "dqn_smal"], ["did you mean 'dqn_small'?"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "ftp://host/mlflow"],
+     ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'; use sqlite:///"]),
+    (["search", "--space", "oracle", "--register-model", "policy"],
+     ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
+    (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
+    (["dashboard", "--mlflow-uri", "ftp://host/mlflow"], ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'"]),
+    (["dashboard", "--mlflow-uri", "http://127.0.0.1:9"],
+     ["--mlflow-uri http://127.0.0.1:9: already a tracking server with its own UI; open it in a browser"]),
+    (["dashboard", "--port", "70000"], ["--port 70000: must be between 1 and 65535"]),
+    (["dashboard", "--host", "0.0.0.0", "--allowed-hosts", "*"],
+     ["--allowed-hosts '*': list the names clients use"]),
 ])
 def test_bad_flags(argv, fragments, cli, _isolated_home):
     result = cli(*argv)
@@ -83,3 +94,40 @@ def test_traceback_flag_shows_the_stack(cli):
 
     with pytest.raises(UserError):
         cli("--traceback", "search", "--space", "ppo_smal")
+
+
+def test_dashboard_on_a_port_in_use(cli, _isolated_home):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli("dashboard", "--port", str(port))
+    assert_one_line_error(result, f"--port {port}: 127.0.0.1:{port} is in use", "leave --port out for a free one")
+    assert_nothing_written(_isolated_home)
+
+
+def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
+    import http.server
+    import threading
+
+    class Refuses(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = cli("search", "--space", "oracle", "--mlflow-uri", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert_one_line_error(result, f"--mlflow-uri {url}: the server refused us (HTTP 401",
+                          "MLFLOW_TRACKING_USERNAME")
+    assert_nothing_written(_isolated_home)

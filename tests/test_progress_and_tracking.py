@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from tune_runner.errors import UserError
+from tune_runner.mlflow_uri import artifact_location, check_uri
 from tune_runner.progress import LiveView, fmt_value
-from tune_runner.tracking import artifact_location, check_uri, flat_params, metrics_of
+from tune_runner.tracking import flat_params, metrics_of
 
 
 def trial(i: int, **result) -> SimpleNamespace:

@@ -1,4 +1,4 @@
-"""`tune-rl`: search, spaces, schedulers, best, train.
+"""`tune-rl`: search, spaces, schedulers, best, train, dashboard.
 
 Heavy imports (Ray, RLlib, MLflow) happen inside the command that needs them, so
 `tune-rl --help` and bad-input errors answer at once.
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="skip re-training the top configs on fresh seeds at the end")
     search.add_argument("--reevaluate", type=int, metavar="K", help="re-train the top K configs (default 2)")
     search.add_argument("--seeds", type=int, metavar="N", help="... on N fresh seeds each (default 3)")
+    search.add_argument("--register-model", metavar="NAME",
+                        help="register the best trial's policy in the MLflow model registry as NAME (ppo, dqn)")
     _common_run_flags(search)
 
     spaces = sub.add_parser("spaces", help="list or show the shipped search spaces")
@@ -116,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", required=True, type=Path, help="a file written by tune-rl best --export")
     train.add_argument("--budget", type=int, help="env steps (default: the export's budget)")
     _common_run_flags(train)
+
+    dash = sub.add_parser("dashboard", help="the MLflow UI on the store searches write to (Ctrl-C stops it)")
+    dash.add_argument("--mlflow-uri", help="the store to show (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
+    dash.add_argument("--port", type=int, help="port to serve on (default: 5000, or a free one if it is taken)")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="interface to bind (default: 127.0.0.1, this machine only); another address exposes "
+                           "the UI, without login, to the network")
+    dash.add_argument("--allowed-hosts", metavar="H:PORT,...",
+                      help="Host headers the server answers (with --host: this machine's names and the address)")
+    dash.add_argument("--cors-origins", metavar="URL,...",
+                      help="origins allowed to call its API from a browser (default: http:// + each allowed host)")
+    dash.add_argument("--verbose", action="store_true", help="show the server's own log (every request)")
     return parser
 
 
@@ -184,7 +198,8 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     _positive("--reevaluate", args.reevaluate)
     _positive("--seeds", args.seeds)
     options = _run_options(args, export=not args.no_export, reevaluate=not args.no_reevaluate,
-                           top=args.reevaluate, seeds=args.seeds)
+                           top=args.reevaluate, seeds=args.seeds,
+                           register_model=args.register_model)
     outcome = runner.run(spec, options, out=out)
     return outcome.exit_status
 
@@ -330,8 +345,16 @@ def _spec_fields(raw: dict) -> dict:
     return fields
 
 
+def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import dashboard, paths
+
+    server = dashboard.plan(uri=args.mlflow_uri or paths.default_mlflow_uri(), host=args.host, port=args.port,
+                            allowed_hosts=args.allowed_hosts, cors_origins=args.cors_origins)
+    return dashboard.serve(server, out=out, verbose=args.verbose)
+
+
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
-            "best": cmd_best, "verify": cmd_verify}
+            "best": cmd_best, "verify": cmd_verify, "dashboard": cmd_dashboard}
 
 
 def entry_point() -> None:

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import yaml
 from ray.tune import Stopper
 
-from tune_runner import analysis, export, tracking
+from tune_runner import analysis, export, mlflow_uri, tracking
 from tune_runner.errors import ExitStatus, UserError, unknown_name
 from tune_runner.spec import ExperimentSpec
 
@@ -35,6 +35,7 @@ class RunOptions:
     reevaluate: bool = True
     top: int | None = None
     seeds: int | None = None
+    register_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Outcome:
     seconds: float
     audit: str | None = None
     verdict: Any = None
+    report: tuple[Path, ...] = ()
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -236,7 +238,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     quiet_logs(verbose=options.verbose)
     prepared = prepare(spec, storage=options.storage)
     spec = prepared.spec
-    tracking.check_uri(options.mlflow_uri)
+    check_register(spec, options)
+    mlflow_uri.check_uri(options.mlflow_uri)
     name = experiment_name(spec, options, suffix=suffix)
     exp_path = options.storage / name
     if exp_path.exists():
@@ -268,14 +271,29 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         _log_outcome(mlflow, parent, spec, outcome)
+        policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         mlflow.set_tag(parent, "tune_rl.status", status.lower())
         mlflow.set_terminated(parent, status=status)
-    _summary(spec, outcome, options, mlflow_run=parent, out=out)
+    _summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
     return outcome
+
+
+def check_register(spec: ExperimentSpec, options: RunOptions) -> None:
+    """--register-model needs a trainable whose policy we export (ours), and a usable name."""
+    from tune_runner.trainables import OWN
+
+    name = options.register_model
+    if name is None:
+        return
+    if not name.strip() or "/" in name or ":" in name:
+        raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
+    if spec.trainable not in OWN:
+        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
+                        f"a model (only {', '.join(OWN)}); drop --register-model")
 
 
 def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list) -> None:
@@ -336,7 +354,10 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     if best is not None and options.export:
         export_path = export.write(export.bundle(spec, best, experiment=exp_path.name, verdict=verdict),
                                    exp_path / "best.yaml")
-    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict)
+    from tune_runner import report
+
+    written = report.write(loaded, spec, folder=exp_path, title=exp_path.name)
+    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict, tuple(written))
 
 
 def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunOptions, out: TextIO) -> Any:
@@ -378,14 +399,17 @@ def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_
 
 
 def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcome) -> None:
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, Param
 
     now = int(time.time() * 1000)
     values = {f"trials_{k.replace(' ', '_')}": v for k, v in outcome.counts.items()}
     values["search_seconds"] = outcome.seconds
+    params = []
     if outcome.best is not None:
         values[f"best_{spec.metric}"] = outcome.best.value
         mlflow.set_tag(parent, "tune_rl.best_trial", outcome.best.trial_id)
+        chosen = {k: outcome.best.config[k] for k in spec.searched if k in outcome.best.config}
+        params = [Param(f"best.{k}", v) for k, v in tracking.flat_params(chosen).items()]
     if outcome.audit:
         mlflow.set_tag(parent, "tune_rl.pbt_audit", outcome.audit)
     if outcome.verdict is not None:
@@ -393,9 +417,30 @@ def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcom
         values.update(robust_iqm=winner.iqm, robust_ci_low=winner.ci[0], robust_ci_high=winner.ci[1])
         mlflow.set_tag(parent, "tune_rl.robust_verdict", outcome.verdict.sentence())
     mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
-                                      if math.isfinite(float(v))])
-    if outcome.export_path is not None:
-        mlflow.log_artifact(parent, str(outcome.export_path))
+                                      if math.isfinite(float(v))], params=params)
+    for path in (outcome.export_path, *outcome.report):
+        if path is not None:
+            mlflow.log_artifact(parent, str(path))
+
+
+def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, experiment_id: str,
+               parent: str) -> Any:
+    """The best trial's policy as an MLflow model on the parent run (tune_runner.model)."""
+    from tune_runner import model
+
+    if outcome.best is None:
+        return model.Logged(None, "not logged (no best trial)")
+    return model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
+                            trainable=spec.trainable, best=outcome.best, register_as=options.register_model)
+
+
+def _where_to_look(uri: str) -> str:
+    """How to open the dashboard on this store."""
+    from tune_runner.paths import default_mlflow_uri
+
+    if uri.startswith(("http://", "https://")):
+        return f"open {mlflow_uri.redacted(uri)}"
+    return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
 
 
 def _header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
@@ -412,7 +457,8 @@ def _stop_at(spec: ExperimentSpec) -> str:
         if spec.stop_at is not None else ""
 
 
-def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, out: TextIO) -> None:
+def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, model: Any,
+             out: TextIO) -> None:
     from tune_runner.progress import fmt_config, fmt_value
 
     minutes, seconds = divmod(int(outcome.seconds), 60)
@@ -431,7 +477,9 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
         for i, line in enumerate(describe(outcome.verdict, metric=spec.metric)):
             print(f"{'robust' if i == 0 else '':<10} {line}", file=out)
     print(f"results    {outcome.experiment_path}", file=out)
-    print(f"mlflow     {options.mlflow_uri}  (experiment {spec.name}, run {mlflow_run})", file=out)
+    print(f"mlflow     {mlflow_uri.redacted(options.mlflow_uri)}  (experiment {spec.name}, run {mlflow_run}; "
+          f"{_where_to_look(options.mlflow_uri)})", file=out)
+    print(f"model      {model.note}", file=out)
     if outcome.export_path is not None:
         print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
     out.flush()

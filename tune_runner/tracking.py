@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 
-from tune_runner.errors import UserError
+from tune_runner.mlflow_uri import artifact_location
 
 # Tune's bookkeeping keys: not worth a metric curve each.
 NOT_METRICS = frozenset({
@@ -24,35 +22,8 @@ NOT_METRICS = frozenset({
     "done", "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name",
     "should_checkpoint", "env_steps"})
 MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
-
-
-def check_uri(uri: str) -> None:
-    """Refuse an unreachable tracking URI before anything starts."""
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as reply:
-                reply.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UserError(f"--mlflow-uri {uri}: MLflow server unreachable ({reason}); "
-                            f"start it (mlflow server) or fix the address") from None
-    elif uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"--mlflow-uri {uri}: cannot create {folder} ({exc.strerror})") from None
-    elif "://" not in uri and not uri.startswith("databricks"):
-        raise UserError(f"--mlflow-uri {uri}: not a tracking URI; use sqlite:///path/to/mlflow.db "
-                        f"or http://host:port")
-
-
-def artifact_location(uri: str) -> str | None:
-    """For a SQLite store, artifacts go to `mlartifacts/` beside the database (MLflow's
-    default would be ./mlruns in whatever folder the command ran from)."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
-    return None
+# MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def client(uri: str) -> Any:
@@ -71,7 +42,7 @@ def experiment_id(mlflow: Any, name: str, uri: str) -> str:
     if location:
         location = f"{location}/{name}"
     try:
-        return mlflow.create_experiment(name, artifact_location=location)
+        return mlflow.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
     except Exception:  # noqa: BLE001 - a concurrent search created it first
         found = mlflow.get_experiment_by_name(name)
         if found is None:

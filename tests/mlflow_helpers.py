@@ -1,0 +1,281 @@
+"""Helpers for the MLflow tests: servers as real subprocesses, process trees, and a search's
+MLflow records written by tune-rl's own logging code from synthetic trials (no Ray).
+
+The synthetic search goes through the same functions a real one does (runner._open_parent,
+tracking.MlflowTracking's hooks, report.write, runner._log_outcome), fed with the trial
+objects and progress tables that Ray Tune would hand them, so the dashboard and the stores can
+be tested in seconds; the e2e tests check the same records after real searches.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CREDENTIAL_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+# Loads a model with tune_runner made unimportable, as a caller without tune-rl would.
+LOAD_WITHOUT_TUNE_RL = """
+import sys
+class NoTuneRl:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tune_runner":
+            raise ImportError("tune_runner is not installed here")
+sys.meta_path.insert(0, NoTuneRl())
+import numpy as np, mlflow
+mlflow.set_tracking_uri(sys.argv[1])
+obs = np.load(sys.argv[2])
+for i, uri in enumerate(sys.argv[3:]):
+    np.save(f"actions{i}.npy", mlflow.pyfunc.load_model(uri).predict(obs))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a `python -m tune_runner` / `-m mlflow` child: this checkout first on
+    sys.path (an editable install may point elsewhere), one thread per library."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
+    return env
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def running(pids: list[int]) -> list[int]:
+    """Those of `pids` still running (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def wait_http(url: str, *, proc: subprocess.Popen | None = None, timeout: float = 180.0) -> None:
+    """Until `url` answers 200 (or `proc` exits, or the time is up: AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{proc.args[:4]} exited with {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def stop_tree(proc: subprocess.Popen, *, sig: int = signal.SIGINT, timeout: float = 30.0) -> list[int]:
+    """Signal `proc`, wait, kill what is left of its tree; the pids that were still running."""
+    pids = process_tree(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + 5
+    while running(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = running(pids)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    return left
+
+
+def mlflow_server(*, backend: str, artifacts: Path, port: int, log: Path) -> subprocess.Popen:
+    """A real `mlflow server` (one worker, no job consumers) in its own process group."""
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend, "--artifacts-destination",
+           str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, env=subprocess_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster on a free loopback port, password-protected (scram).
+
+    PostgreSQL refuses to run as root: as root, its folder goes to the `postgres` user and every
+    server command runs through `runuser -u postgres`. It lives in its own folder under /tmp,
+    since pytest's tmp folders are root-only (0700) and the postgres user cannot enter them.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="tune-rl-pg-"))
+        self.data, self.port, self.password = self.root / "data", free_port(), secrets.token_hex(12)
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.uri = f"postgresql://tune:{self.password}@127.0.0.1:{self.port}/mlflow"
+
+    def start(self) -> Postgres:
+        password_file = self.root / "password"
+        password_file.write_text(self.password)
+        if self.as_user:
+            shutil.chown(password_file, "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "tune", "--pwfile", str(password_file),
+                  "--auth=scram-sha-256", "-E", "UTF8", "--no-sync", "--no-instructions")
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "start")
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tune", "mlflow")
+        return self
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _run(self, program: str, *args: str) -> None:
+        done = subprocess.run([*self.as_user, postgres_binary(program), *args], capture_output=True, text=True,
+                              env={**os.environ, "PGPASSWORD": self.password}, timeout=120)
+        if done.returncode != 0:
+            log = self.root / "server.log"
+            tail = log.read_text()[-1500:] if log.exists() else ""
+            raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip()[-1500:]}\n{tail}")
+
+
+def postgres_binary(name: str) -> str:
+    """A PostgreSQL program: on PATH, or in Debian's /usr/lib/postgresql/<version>/bin."""
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)),
+                                       None)
+    if found is None:
+        raise FileNotFoundError(f"PostgreSQL's {name} is not installed (apt-get install -y postgresql)")
+    return found
+
+
+# ---- checkpoints of our learners, written as OwnTrainable writes them ----------------------------------
+
+LEARNER_CONFIGS = {
+    "ppo": {"env": "CartPole-v1", "num_envs_per_env_runner": 4, "train_batch_size": 256, "fcnet_hiddens": [16, 16],
+            "fcnet_activation": "relu"},
+    "dqn": {"env": "CartPole-v1", "num_envs_per_env_runner": 4, "train_batch_size": 256, "fcnet_hiddens": [16, 8],
+            "dueling": True, "num_steps_sampled_before_learning_starts": 64},
+}
+
+
+def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
+    """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
+    from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
+
+    config = LEARNER_CONFIGS[name]
+    learner = build_learner(name, config)
+    learner.train_iteration()
+    for index in (1, 12, 3):  # numbered, not sorted by name or creation order
+        (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
+    with open(trial / "checkpoint_000012" / CHECKPOINT_FILE, "wb") as f:
+        pickle.dump({"learner": learner.get_state(), "runners": None}, f)
+    return learner, config
+
+
+
+# ---- a search's MLflow records, from synthetic trials ----------------------------------------------
+
+
+class FakeAnalysis:
+    """What report.write reads of an ExperimentAnalysis: trials and their progress tables."""
+
+    def __init__(self, trials: list[Any], frames: dict[str, Any]) -> None:
+        self.trials, self.trial_dataframes = trials, frames
+
+
+def synthetic_trials(spec: Any, *, count: int = 3, stop_early: tuple[int, ...] = (0,)) -> tuple[list, dict]:
+    """`count` trials of `spec`: trial i's return rises to 100 * (i + 1); those in `stop_early`
+    end at half the budget, as ASHA would stop them."""
+    import pandas as pd
+
+    step = spec.budget_env_steps // 10
+    trials, frames = [], {}
+    for i in range(count):
+        trial_id = f"fake_{i:05d}"
+        last_step = spec.budget_env_steps // 2 if i in stop_early else spec.budget_env_steps
+        rows = [{"env_steps": s, "episode_return_mean": 100.0 * (i + 1) * s / spec.budget_env_steps,
+                 "training_iteration": k + 1, "time_total_s": 0.1 * (k + 1), "sps": 10000.0}
+                for k, s in enumerate(range(step, last_step + 1, step))]
+        config = {"lr": 10.0 ** -(i + 2), "x": 0.1 * i, "activation": "tanh", "env": spec.env,
+                  **spec.fixed}
+        trials.append(SimpleNamespace(trial_id=trial_id, config=config, status="TERMINATED", last_result=rows[-1],
+                                      error_file=None, error_msg="", path=f"/nowhere/{trial_id}"))
+        frames[trial_id] = pd.DataFrame(rows)
+    return trials, frames
+
+
+def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -> dict[str, Any]:
+    """A finished oracle search's MLflow records, written by tune-rl's logging code; what it wrote."""
+    from tune_runner import analysis, report, runner, tracking
+    from tune_runner.spec import load_spec
+
+    spec = load_spec("oracle", overrides=["budget=5000"])
+    client = tracking.client(uri)
+    exp_id = tracking.experiment_id(client, spec.name, uri)
+    folder.mkdir(parents=True, exist_ok=True)
+    parent = runner._open_parent(client, exp_id, spec, name, folder)
+    callback = tracking.MlflowTracking(uri=uri, experiment_id=exp_id, parent_run_id=parent,
+                                       logged_keys=tuple(spec.fixed) + spec.searched, ending=spec.ending)
+    trials, frames = synthetic_trials(spec, count=count)
+    for trial in trials:
+        callback.on_trial_start(0, trials, trial)
+    for trial in trials:
+        for row in frames[trial.trial_id].to_dict("records"):
+            callback.on_trial_result(0, trials, trial, row)
+        callback.on_trial_complete(0, trials, trial)
+    fake = FakeAnalysis(trials, frames)
+    top = max(trials, key=lambda t: t.last_result["episode_return_mean"])
+    best = analysis.Best(trial_id=top.trial_id, config=top.config, value=top.last_result["episode_return_mean"],
+                         metric=spec.metric, mode=spec.mode, scope="last", last_result=top.last_result,
+                         trial_path=top.path)
+    from tune_runner import export
+
+    export_path = export.write(export.bundle(spec, best, experiment=name), folder / "best.yaml")
+    written = report.write(fake, spec, folder=folder, title=name)
+    counts = Counter(spec.ending(t.last_result).replace("_", " ") for t in trials)
+    outcome = runner.Outcome(folder, best, export_path, counts, 1.0, None, report=tuple(written))
+    runner._log_outcome(client, parent, spec, outcome)
+    client.set_tag(parent, "tune_rl.status", "finished")
+    client.set_terminated(parent, status="FINISHED")
+    return {"spec": spec, "experiment_id": exp_id, "parent": parent, "trials": trials, "best": best,
+            "client": client}

@@ -1,0 +1,183 @@
+"""`tune-rl dashboard` as a person uses it: a real subprocess serving a store that tune-rl's own
+logging code filled, looked at in headless Chromium (Debian's, driven by Playwright), then
+stopped with Ctrl-C. Screenshots go to tests/artifacts/dashboard/ (git-ignored; the path is printed).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import HERE
+from tests.mlflow_helpers import free_port, log_synthetic_search, process_tree, running, stop_tree, subprocess_env
+from tune_runner import dashboard
+from tune_runner.errors import UserError
+
+SCREENSHOTS = HERE / "artifacts" / "dashboard"
+CHROMIUM = "/usr/bin/chromium"
+
+
+def read_lines(stream, into: queue.Queue) -> None:
+    for line in stream:
+        into.put(line)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The dashboard on a store holding one synthetic oracle search, as `tune-rl dashboard --port P`."""
+    home = tmp_path_factory.mktemp("dashboard-home")
+    uri = f"sqlite:///{home / 'mlflow.db'}"  # the default store of TUNE_RL_HOME=home
+    records = log_synthetic_search(uri, name="oracle-demo", folder=home / "results" / "oracle-demo")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tune_runner", "dashboard", "--port", str(port)],
+                            env=subprocess_env(TUNE_RL_HOME=str(home)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True).start()
+    printed = []
+    while not any("http://" in line for line in printed):
+        try:
+            printed.append(lines.get(timeout=240))
+        except queue.Empty:
+            stop_tree(proc)
+            raise AssertionError(f"no URL printed; stderr: {proc.stderr.read()[-2000:]}") from None
+    url = re.search(r"http://\S+", "".join(printed)).group(0)
+    yield SimpleNamespace(url=url, port=port, proc=proc, printed=printed, home=home, records=records, lines=lines)
+    stop_tree(proc)
+
+
+def get(url: str, **headers: str) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_prints_its_url_and_serves_the_default_store(served):
+    assert served.url == f"http://127.0.0.1:{served.port}"
+    assert served.printed[0].startswith(f"tune-rl dashboard: MLflow UI on sqlite:///{served.home}/mlflow.db")
+    assert "up in" in served.printed[1] and "Ctrl-C stops it" in served.printed[1]
+    assert get(served.url + "/") == 200
+
+
+def test_bound_to_loopback_with_mlflows_host_check_on(served):
+    listening = Path("/proc/net/tcp").read_text().split("\n")[1:]
+    local = {line.split()[1] for line in listening if line.strip() and line.split()[3] == "0A"}  # LISTEN
+    assert f"0100007F:{served.port:04X}" in local  # 127.0.0.1, not 0.0.0.0
+    api = f"{served.url}/ajax-api/2.0/mlflow/experiments/search?max_results=5"
+    assert get(api) == 200
+    assert get(api, Host=f"attacker.example:{served.port}") == 403  # DNS rebinding refused
+
+
+def test_the_search_in_a_real_browser(served):
+    """A person's path: Model training, the experiment, the parent run and its trials, the metric
+    charts against env steps, the parent run's values and its learning-curve plot."""
+    from playwright.sync_api import expect, sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {SCREENSHOTS}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(served.url)
+        page.get_by_text("Model training", exact=True).click()
+        page.get_by_role("link", name="oracle", exact=True).first.click()
+        parent = page.get_by_role("link", name="oracle-demo")
+        expect(parent).to_be_visible()
+        if page.get_by_role("button", name="Close").count():
+            page.get_by_role("button", name="Close").first.click()  # the assistant's side panel
+        page.locator("[role=gridcell]", has=parent).locator("button").first.click()  # expand the trials
+        for trial in served.records["trials"]:
+            expect(page.get_by_role("link", name=trial.trial_id)).to_be_visible()
+        page.screenshot(path=SCREENSHOTS / "runs.png")
+
+        page.locator("label", has=page.locator("input[value=CHART]")).click()
+        expect(page.get_by_text("episode_return_mean", exact=True).first).to_be_visible()
+        page.wait_for_timeout(1000)  # let the charts draw
+        page.screenshot(path=SCREENSHOTS / "charts.png")
+
+        parent.first.click()
+        expect(page.get_by_text("best_episode_return_mean")).to_be_visible()
+        best = served.records["best"]
+        metrics = page.locator("table, [role=table]").filter(has_text="best_episode_return_mean").first
+        expect(metrics).to_contain_text(f"{best.value:g}")
+        expect(page.get_by_text("best.lr")).to_be_visible()
+        expect(page.get_by_text("Finished").first).to_be_visible()
+        page.screenshot(path=SCREENSHOTS / "parent-run.png", full_page=True)
+
+        page.get_by_role("tab", name="Artifacts").click()
+        page.get_by_text("learning_curves.png").first.click()
+        plot = page.locator("img[src*='learning_curves.png'], img[src^='blob:']").first
+        expect(plot).to_be_visible()
+        assert plot.evaluate("img => img.naturalWidth") == 900  # the PNG itself, decoded
+        page.screenshot(path=SCREENSHOTS / "learning-curves.png")
+        browser.close()
+    assert all((SCREENSHOTS / name).stat().st_size > 10_000 for name in
+               ("runs.png", "charts.png", "parent-run.png", "learning-curves.png"))
+
+
+def test_ctrl_c_stops_the_server_and_everything_it_started(served):
+    tree = process_tree(served.proc.pid)
+    assert len(tree) >= 3, tree  # tune-rl, mlflow server, its uvicorn worker
+    served.proc.send_signal(signal.SIGINT)
+    status = served.proc.wait(60)
+    assert status in (0, 130)
+    err = served.proc.stderr.read()
+    assert "Traceback" not in err and err.strip().splitlines() == ["tune-rl: interrupted"]
+    assert not stop_tree(served.proc) and not running(tree)
+
+
+def test_exposing_it_sets_the_host_check_and_cors_deliberately(monkeypatch, tmp_path):
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE", "true")  # never passed on
+    server = dashboard.plan(uri=store, host="0.0.0.0", port=None)
+    assert f"localhost:{server.port}" in server.allowed_hosts and f"127.0.0.1:{server.port}" in server.allowed_hosts
+    assert server.cors_origins == tuple(f"http://{h}" for h in server.allowed_hosts)
+    cmd = server.command()
+    assert cmd[cmd.index("--allowed-hosts") + 1] == ",".join(server.allowed_hosts)
+    assert cmd[cmd.index("--workers") + 1] == "1" and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    assert "--disable-security-middleware" not in cmd
+    env = server.env()
+    assert "MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE" not in env
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    chosen = dashboard.plan(uri=store, host="0.0.0.0", port=None,
+                            allowed_hosts="rl.example.org:8080", cors_origins="https://notebooks.example.org")
+    assert chosen.allowed_hosts == ("rl.example.org:8080",)
+    assert chosen.cors_origins == ("https://notebooks.example.org",)
+    local = dashboard.plan(uri=store, host="127.0.0.1", port=None)
+    assert local.allowed_hosts == () and "--allowed-hosts" not in local.command()  # MLflow's loopback defaults
+
+
+def test_artifacts_of_a_sqlite_store_are_served_from_beside_it(tmp_path):
+    server = dashboard.plan(uri=f"sqlite:///{tmp_path}/mlflow.db", host="127.0.0.1", port=None)
+    cmd = server.command()
+    assert cmd[cmd.index("--artifacts-destination") + 1] == str(tmp_path / "mlartifacts")
+
+
+def test_a_taken_default_port_moves_to_a_free_one(tmp_path):
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    import socket
+
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            busy.bind(("127.0.0.1", dashboard.DEFAULT_PORT))
+        except OSError:
+            pass  # already taken by someone else: just as good
+        busy.listen()
+        server = dashboard.plan(uri=store, host="127.0.0.1", port=None)
+    assert server.port != dashboard.DEFAULT_PORT
+    with pytest.raises(UserError, match="--allowed-hosts"):
+        dashboard.plan(uri=store, host="0.0.0.0", port=None, allowed_hosts="*")

@@ -1,0 +1,64 @@
+"""The loader of a tune-rl policy logged as an MLflow pyfunc model: observations in, actions out.
+
+MLflow copies this one file into the logged model (`code/`) and imports it as `tune_rl_policy`
+to load the model, so it imports only torch and numpy: a caller needs mlflow, not tune-rl.
+
+The model's data folder holds `policy.json` (layer sizes and activation) and `policy.pt` (the
+weights): a plain MLP whose argmax is the greedy action of the trial's PPO policy or DQN
+Q-network (a dueling head is folded into one linear layer when it is exported).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+SPEC_FILE, WEIGHTS_FILE = "policy.json", "policy.pt"
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def build_mlp(sizes: list[int], activation: str) -> nn.Sequential:
+    """Linear layers `sizes[i] -> sizes[i + 1]`, `activation` between them (not after the last)."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+def save(folder: Path, *, sizes: list[int], activation: str, state: dict[str, torch.Tensor],
+         about: dict[str, Any]) -> Path:
+    """Write a policy's spec and weights into `folder` (the model's data)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    build_mlp(sizes, activation).load_state_dict(state)  # fails here, not at load time, on a mismatch
+    (folder / SPEC_FILE).write_text(json.dumps({"sizes": sizes, "activation": activation, **about}, indent=1))
+    torch.save({k: v.detach().cpu() for k, v in state.items()}, folder / WEIGHTS_FILE)
+    return folder
+
+
+class Policy:
+    """What `mlflow.pyfunc.load_model(...)` wraps: `predict(obs)` gives greedy actions."""
+
+    def __init__(self, folder: Path) -> None:
+        self.spec = json.loads((folder / SPEC_FILE).read_text())
+        self.net = build_mlp(self.spec["sizes"], self.spec["activation"])
+        self.net.load_state_dict(torch.load(folder / WEIGHTS_FILE, weights_only=True))
+        self.net.eval()
+
+    def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
+        """Actions (int64, one per row) for a batch of observations [batch, obs_dim] (a DataFrame works too)."""
+        obs = np.array(getattr(model_input, "values", model_input), dtype=np.float32)  # a copy torch may own
+        obs = obs.reshape(-1, self.spec["sizes"][0])
+        with torch.no_grad():
+            return self.net(torch.from_numpy(obs)).argmax(-1).numpy().astype(np.int64)
+
+
+def _load_pyfunc(data_path: str) -> Policy:
+    """MLflow's hook for `loader_module` models."""
+    return Policy(Path(data_path))
