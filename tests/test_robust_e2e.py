@@ -9,6 +9,8 @@ import yaml
 
 from tune_runner.oracle import peak, seed_offset
 
+HERE_ARTIFACTS = Path(__file__).parent / "artifacts"
+
 pytestmark = pytest.mark.e2e
 
 OPTIMUM = {"lr": 1.0e-3, "x": 0.7}
@@ -96,3 +98,42 @@ def test_verify_exits_0_when_the_ci_holds_and_1_when_it_was_tampered(ray_session
     tampered.write_text(yaml.safe_dump(raw, sort_keys=False))
     failed = cli("verify", str(tampered), "--seeds", "2")
     assert failed.status == 1 and "OUTSIDE" in failed.out and "[0.0, 1.0]" in failed.out
+
+
+def test_report_renders_every_plot_and_reads_in_a_real_browser(ray_session, cli, _isolated_home, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 4000},
+           "searcher": {"name": "random", "seed": 4}, "scheduler": {"name": "asha", "grace_period": 1000},
+           "num_samples": 6, "reevaluate": {"top": 2, "seeds": 2},
+           "fixed": {"optimum": {"lr": 1.0e-3, "x": 0.7, "act": "tanh"}, "log_scale": ["lr"], "noise": 3.0},
+           "space": {"lr": {"loguniform": [1.0e-5, 1.0e-1]}, "x": {"uniform": [0.0, 1.0]},
+                     "act": {"choice": ["tanh", "relu"]}}}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert cli("search", "--space", str(path), "--name", "rep").status == 0
+    result = cli("report", "rep")
+    assert result.status == 0, result.err
+    folder = _isolated_home / "results" / "rep" / "report"
+    for name in ("index.html", "learning_curves.png", "parallel_coordinates.png", "importances.png", "trials.csv",
+                 "reevaluation.json"):
+        assert (folder / name).stat().st_size > 100, name
+    assert "logged to parent run" in result.out
+    shots = HERE_ARTIFACTS / "report"
+    shots.mkdir(parents=True, exist_ok=True)
+    print(f"\nreport screenshot: {shots / 'report.png'}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium")
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto((folder / "index.html").as_uri())  # a file: no server
+        expect(page.get_by_role("heading", name="rep", exact=True)).to_be_visible()
+        expect(page.get_by_text("Top configs, re-evaluated on fresh seeds")).to_be_visible()
+        expect(page.locator("table").first).to_contain_text("IQM")
+        for alt in ("Learning curves", "Hyperparameters", "Hyperparameter importances"):
+            image = page.get_by_alt_text(alt)
+            expect(image).to_be_visible()
+            assert image.evaluate("img => img.naturalWidth") > 300, alt  # the PNG decoded
+        expect(page.locator("table").last).to_contain_text("stopped_early")
+        page.screenshot(path=shots / "report.png", full_page=True)
+        browser.close()
+    assert (shots / "report.png").stat().st_size > 20_000

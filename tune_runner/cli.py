@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     best.add_argument("--seeds", type=int, metavar="N", help="seeds per re-trained config (default 3)")
     best.add_argument("--num-cpus", type=int, help="CPUs for the local Ray of a re-evaluation (default: all)")
 
+    rep = sub.add_parser("report", help="write an HTML report of an experiment (plots, importances, top configs)")
+    rep.add_argument("experiment", help="an experiment name (under --storage) or folder path")
+    rep.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    rep.add_argument("--mlflow-uri", help="also log it to the search's MLflow parent run in this store "
+                                          "(default: the local store)")
+
     verify = sub.add_parser("verify", help="re-train an exported config and check its IQM lands in the bundle's CI")
     verify.add_argument("bundle", type=Path, help="a file written by tune-rl best --export (after a re-evaluation)")
     verify.add_argument("--seeds", type=int, default=3, metavar="N", help="fresh seeds to train on (default 3)")
@@ -299,7 +305,30 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
                                 name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=shown)
     for line in robust.describe(verdict, metric=metric):
         print(f"robust     {line}", file=shown)
+    from tune_runner.html_report import save_verdict
+
+    save_verdict(verdict, path, metric=metric)
     return verdict
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import analysis, html_report, mlflow_uri, paths
+    from tune_runner.spec import build_spec, read_yaml
+
+    path = analysis.experiment_path(args.experiment, storage=args.storage)
+    spec_file = path / "tune_rl_spec.yaml"
+    if not spec_file.is_file():
+        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
+    raw = read_yaml(spec_file)
+    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
+    uri = args.mlflow_uri or paths.default_mlflow_uri()
+    mlflow_uri.check_uri(uri)
+    index = html_report.write(path, spec)
+    print(f"report     {index.as_uri()}", file=out)
+    logged = html_report.log_to_parent(uri, spec.name, path, index.parent)
+    print(f"mlflow     {'logged to parent run ' + logged if logged else 'no parent run found; not logged'}",
+          file=out)
+    return ExitStatus.OK
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
@@ -354,7 +383,8 @@ def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
 
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
-            "best": cmd_best, "verify": cmd_verify, "dashboard": cmd_dashboard}
+            "best": cmd_best, "verify": cmd_verify, "report": cmd_report,
+            "dashboard": cmd_dashboard}
 
 
 def entry_point() -> None:

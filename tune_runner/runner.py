@@ -373,7 +373,11 @@ def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunO
               f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
               file=out, flush=True)
         return None
-    return robust.reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
+    verdict = robust.reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
+    from tune_runner.html_report import save_verdict
+
+    save_verdict(verdict, exp_path, metric=spec.metric)
+    return verdict
 
 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:

@@ -1,0 +1,220 @@
+"""`tune-rl report EXP`: one HTML page (plus PNGs and CSV) about a search, readable with no server.
+
+    results/EXP/report/index.html
+                      learning_curves.png        every trial's return against env steps
+                      parallel_coordinates.png   hyperparameters, one line per trial, coloured by return
+                      importances.png            Optuna's fANOVA importances over the finished trials
+                      trials.csv                 one row per trial
+                      reevaluation.json          the re-evaluation's ranking (IQM and CI), when it ran
+
+Importances use Optuna's evaluator on the finished trials whatever searcher produced them:
+each trial becomes a completed Optuna trial with the space's distributions.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tune_runner import report
+from tune_runner.search_space import LIST_DISTS, Param
+from tune_runner.spec import ExperimentSpec
+
+FOLDER = "report"
+REEVALUATION_FILE = "reevaluation.json"
+
+
+def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
+    """The re-evaluation's ranking as JSON in the experiment folder (the report's top-K table reads it)."""
+    from tune_runner.robust import describe
+
+    data = {"metric": metric, "clear_winner": verdict.clear, "verdict": verdict.sentence(),
+            "lines": describe(verdict, metric=metric),
+            "ranking": [{"trial_id": e.candidate.trial_id, "config": e.candidate.config,
+                         "search_score": e.candidate.search_score, "seeds": list(e.seeds),
+                         "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci)} for e in verdict.ranked]}
+    path = folder / REEVALUATION_FILE
+    path.write_text(json.dumps(data, indent=1, default=str))
+    return path
+
+
+def _figure(width: float = 9, height: float = 5.5) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _numeric(param: Param, value: Any) -> float:
+    """A value on its axis, 0..1: ranges linear or log, choices by their index."""
+    if param.dist in LIST_DISTS:
+        choices = param.extremes()
+        return choices.index(value) / max(1, len(choices) - 1) if value in choices else math.nan
+    low, high = float(param.args[0]), float(param.args[1])
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    if param.dist == "loguniform":
+        return (math.log(v) - math.log(low)) / (math.log(high) - math.log(low))
+    return (v - low) / (high - low)
+
+
+def parallel_coordinates(analysis: Any, spec: ExperimentSpec, *, path: Path) -> Path:
+    """One vertical axis per searched hyperparameter, one line per trial, coloured by its final metric."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    figure = _figure()
+    ax = figure.add_subplot()
+    params = list(spec.space)
+    finals = [(t, (t.last_result or {}).get(spec.metric)) for t in analysis.trials]
+    finals = [(t, float(v)) for t, v in finals if isinstance(v, (int, float)) and math.isfinite(v)]
+    values = [v for _, v in finals] or [0.0]
+    norm = Normalize(min(values), max(values) if max(values) > min(values) else min(values) + 1)
+    cmap = colormaps["viridis"]
+    for trial, value in sorted(finals, key=lambda pair: pair[1] if spec.mode == "max" else -pair[1]):
+        ys = [_numeric(p, trial.config.get(p.name)) for p in params]
+        ax.plot(range(len(params)), ys, color=cmap(norm(value)), linewidth=1.6, alpha=0.85, marker="o", markersize=3)
+    ax.set_xticks(range(len(params)), [f"{p.name}\n{p.describe()}" for p in params], fontsize=8)
+    ax.set_yticks([0, 1], ["low", "high"])
+    ax.set_xlim(-0.2, max(0.2, len(params) - 0.8))
+    ax.set_title(f"hyperparameters of every trial, coloured by final {spec.metric}", fontsize=10)
+    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=spec.metric)
+    figure.tight_layout()
+    figure.savefig(path)
+    return path
+
+
+def importances(analysis: Any, spec: ExperimentSpec) -> dict[str, float]:
+    """Optuna's parameter importances over the finished trials ({} when there are too few)."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {}
+    for p in spec.space:
+        if p.dist in LIST_DISTS:
+            dists[p.name] = CategoricalDistribution([json.dumps(v) for v in p.extremes()])
+        elif p.dist == "randint":
+            dists[p.name] = IntDistribution(int(p.args[0]), int(p.args[1]))
+        else:
+            dists[p.name] = FloatDistribution(float(p.args[0]), float(p.args[1]), log=p.dist == "loguniform")
+    study = optuna.create_study(direction="maximize" if spec.mode == "max" else "minimize")
+    for trial in analysis.trials:
+        value = (trial.last_result or {}).get(spec.metric)
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            continue
+        params = {}
+        for name, dist in dists.items():
+            raw = trial.config.get(name)
+            params[name] = json.dumps(raw) if isinstance(dist, CategoricalDistribution) else raw
+        try:
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=float(value)))
+        except ValueError:
+            continue  # a value outside the space (a PBT mutation with its own bounds)
+    if len(study.trials) < 2 or not dists:
+        return {}
+    try:
+        return dict(optuna.importance.get_param_importances(study, evaluator=optuna.importance.
+                                                            FanovaImportanceEvaluator(seed=0)))
+    except (RuntimeError, ValueError):
+        return {}
+
+
+def importance_plot(scores: dict[str, float], *, path: Path) -> Path:
+    figure = _figure(7, 0.6 + 0.5 * max(1, len(scores)))
+    ax = figure.add_subplot()
+    names = list(scores)[::-1]
+    ax.barh(names, [scores[n] for n in names], color="#3b7dd8")
+    ax.set_xlabel("importance (fANOVA, share of the variance of the final return)")
+    ax.set_xlim(0, 1)
+    figure.tight_layout()
+    figure.savefig(path)
+    return path
+
+
+def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> Path:
+    """Render the report into `exp_path/report/`; the index.html path."""
+    from tune_runner import analysis as tune_analysis
+
+    loaded = tune_analysis.load(exp_path)
+    folder = exp_path / FOLDER
+    folder.mkdir(exist_ok=True)
+    title = title or exp_path.name
+    report.learning_curves(loaded, spec, title=title, path=folder / "learning_curves.png")
+    table = report.trials_table(loaded, spec)
+    table.to_csv(folder / "trials.csv", index=False)
+    figures = ["learning_curves.png"]
+    if spec.space:
+        parallel_coordinates(loaded, spec, path=folder / "parallel_coordinates.png")
+        figures.append("parallel_coordinates.png")
+    scores = importances(loaded, spec) if spec.space else {}
+    if scores:
+        importance_plot(scores, path=folder / "importances.png")
+        figures.append("importances.png")
+    reevaluation = None
+    saved = exp_path / REEVALUATION_FILE
+    if saved.is_file():
+        reevaluation = json.loads(saved.read_text())
+        (folder / REEVALUATION_FILE).write_text(saved.read_text())
+    page = _page(title, spec, table, figures, scores, reevaluation)
+    index = folder / "index.html"
+    index.write_text(page)
+    return index
+
+
+def _page(title: str, spec: ExperimentSpec, table: Any, figures: list[str], scores: dict[str, float],
+          reevaluation: dict | None) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:right}th{background:#f3f3f3}img{max-width:100%}h2{margin-top:1.6em}</style></head><body>",
+             f"<h1>{e(title)}</h1>",
+             f"<p>{e(spec.trainable)} on {e(spec.env)}, {spec.num_trials} trial(s) x {spec.budget_env_steps:,} env "
+             f"steps; searcher {e(spec.searcher.name)}, scheduler {e(spec.scheduler.name)}; metric "
+             f"{e(spec.metric)} ({e(spec.mode)}).</p>"]
+    if reevaluation:
+        parts.append("<h2 id='top'>Top configs, re-evaluated on fresh seeds</h2><table><tr><th>#</th><th>trial</th>"
+                     "<th>IQM</th><th>95% CI</th><th>returns</th><th>search score</th></tr>")
+        for place, row in enumerate(reevaluation["ranking"], 1):
+            returns = ", ".join(f"{r:.1f}" for r in row["returns"])
+            parts.append(f"<tr><td>{place}</td><td>{e(row['trial_id'])}</td><td>{row['iqm']:.1f}</td>"
+                         f"<td>[{row['ci'][0]:.1f}, {row['ci'][1]:.1f}]</td><td>{returns}</td>"
+                         f"<td>{row['search_score']:.1f}</td></tr>")
+        parts.append(f"</table><p><b>{e(reevaluation['verdict'])}</b></p>")
+    captions = {"learning_curves.png": "Learning curves", "parallel_coordinates.png": "Hyperparameters",
+                "importances.png": "Hyperparameter importances"}
+    for name in figures:
+        parts.append(f"<h2>{captions[name]}</h2><img src='{name}' alt='{captions[name]}'>")
+    if scores:
+        parts.append("<table><tr><th>hyperparameter</th><th>importance</th></tr>" + "".join(
+            f"<tr><td>{e(k)}</td><td>{v:.3f}</td></tr>" for k, v in scores.items()) + "</table>")
+    parts.append("<h2>Trials</h2><p><a href='trials.csv'>trials.csv</a></p>")
+    parts.append(table.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="", border=0))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path) -> str | None:
+    """Log the report folder to the search's MLflow parent run (found by its experiment-path tag)."""
+    from tune_runner import tracking
+
+    mlflow = tracking.client(uri)
+    found = mlflow.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = mlflow.search_runs([found.experiment_id],
+                              filter_string=f"tags.`tune_rl.experiment_path` = '{exp_path}'", max_results=1)
+    if not runs:
+        return None
+    run_id = runs[0].info.run_id
+    mlflow.log_artifacts(run_id, str(folder), artifact_path="report")
+    return run_id
