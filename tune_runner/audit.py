@@ -101,3 +101,24 @@ def make_callback(out: Any) -> Any:
             return f"{self.exploits} exploit(s); audit of {self.audited} results: {verdict}"
 
     return PBTAudit()
+
+
+# Losses and statistics that must stay finite; the return may be NaN before the first episode ends.
+FINITE_KEYS = ("policy_loss", "vf_loss", "qf_loss", "total_loss", "entropy", "kl", "td_error_mean")
+
+
+class NonFiniteError(RuntimeError):
+    """A trainable produced NaN or infinity: the trial stops as errored instead of feeding NaN to the searcher."""
+
+
+def check_finite(result: Mapping[str, Any]) -> None:
+    """Raise NonFiniteError naming the first non-finite loss, or an infinite/NaN return after episodes."""
+    for key in FINITE_KEYS:
+        value = result.get(key)
+        if is_number(value) and not math.isfinite(value):
+            raise NonFiniteError(f"{key} is {value} at {int(result.get('env_steps', 0)):,} env steps; the trial "
+                                 f"diverged (try a lower lr or a grad_clip)")
+    value = result.get("episode_return_mean")
+    if is_number(value) and (math.isinf(value) or (math.isnan(value) and result.get("episodes", 0))):
+        raise NonFiniteError(f"episode_return_mean is {value} at {int(result.get('env_steps', 0)):,} env steps "
+                             f"after {result.get('episodes')} episodes")

@@ -69,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     search = sub.add_parser("search", help="run a search over a space")
-    search.add_argument("--space", required=True, help="a shipped space name (tune-rl spaces list) or a YAML path")
+    search.add_argument("--space", help="a shipped space name (tune-rl spaces list) or a YAML path (required)")
+    search.add_argument("--resume", metavar="NAME", help="continue the interrupted search NAME (= tune-rl resume NAME)")
+    search.add_argument("--max-failures", type=int, metavar="N",
+                        help="retries of a failing trial, from its newest checkpoint (default 2)")
     search.add_argument("--num-samples", type=int, help="number of trials")
     search.add_argument("--searcher", "--search-alg", dest="searcher",
                         help="search algorithm: random, grid, optuna, hyperopt, bohb")
@@ -112,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
     rep.add_argument("--mlflow-uri", help="also log it to the search's MLflow parent run in this store "
                                           "(default: the local store)")
+
+    resume = sub.add_parser("resume", help="continue an interrupted search where it stopped")
+    resume.add_argument("name", help="the experiment's name (under --storage) or its folder")
+    resume.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    resume.add_argument("--mlflow-uri", help="tracking URI (default: the local store)")
+    resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
+    resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
     verify = sub.add_parser("verify", help="re-train an exported config and check its IQM lands in the bundle's CI")
     verify.add_argument("bundle", type=Path, help="a file written by tune-rl best --export (after a re-evaluation)")
@@ -181,12 +191,43 @@ def _positive(flag: str, value: int | None) -> None:
         raise UserError(f"{flag} {value}: must be a positive integer")
 
 
+def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import analysis, paths, runner
+    from tune_runner.spec import build_spec, read_yaml
+
+    _positive("--num-cpus", args.num_cpus)
+    storage = args.storage or paths.default_storage()
+    path = analysis.experiment_path(args.name, storage=storage)
+    spec_file = path / "tune_rl_spec.yaml"
+    if not spec_file.is_file():
+        raise UserError(f"resume {args.name}: {path} is not a tune-rl search (no tune_rl_spec.yaml)")
+    finished = path / runner.FINISHED_MARK
+    if finished.is_file():
+        counts = json.loads(finished.read_text()).get("counts", {})
+        print(f"{path.name} finished already ({sum(counts.values())} trials: "
+              f"{', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}); nothing to resume", file=out)
+        return ExitStatus.OK
+    raw = read_yaml(spec_file)
+    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
+    options = runner.RunOptions(storage=path.parent, mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(),
+                                name=path.name, verbose=args.verbose, num_cpus=args.num_cpus, resume=True)
+    return runner.run(spec, options, out=out).exit_status
+
+
 def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import runner
     from tune_runner.spec import Component, load_spec
 
+    if args.resume:
+        args.name = args.resume
+        return cmd_resume(argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
+                                             num_cpus=args.num_cpus, verbose=args.verbose), out)
+    if not args.space:
+        raise UserError("search: the following arguments are required: --space (or --resume NAME)")
     for flag in ("num_samples", "max_concurrent", "num_cpus"):
         _positive("--" + flag.replace("_", "-"), getattr(args, flag))
+    if args.max_failures is not None and args.max_failures < 0:
+        raise UserError(f"--max-failures {args.max_failures}: must be 0 or more")
     spec = load_spec(args.space, overrides=args.overrides)
     changes: dict[str, Any] = {}
     if args.num_samples:
@@ -203,8 +244,11 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     spec = spec.with_overrides(**changes)
     _positive("--reevaluate", args.reevaluate)
     _positive("--seeds", args.seeds)
+    extra: dict[str, Any] = {}
+    if args.max_failures is not None:
+        extra["max_failures"] = args.max_failures
     options = _run_options(args, export=not args.no_export, reevaluate=not args.no_reevaluate,
-                           top=args.reevaluate, seeds=args.seeds,
+                           top=args.reevaluate, seeds=args.seeds, **extra,
                            register_model=args.register_model)
     outcome = runner.run(spec, options, out=out)
     return outcome.exit_status
@@ -383,7 +427,7 @@ def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
 
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
-            "best": cmd_best, "verify": cmd_verify, "report": cmd_report,
+            "best": cmd_best, "verify": cmd_verify, "report": cmd_report, "resume": cmd_resume,
             "dashboard": cmd_dashboard}
 
 

@@ -14,6 +14,13 @@ Its config: the searched hyperparameters plus
     rate: 0.15                 # share of the gap to the config's peak closed per iteration
     steps_per_iteration: 1000  # env steps each iteration reports
     seed: 0
+    sleep_s: 0.0               # seconds each iteration takes (to rehearse long trials)
+
+Fault injection, to rehearse what a search does when trials go wrong:
+
+    fail_at: 5000              # raise at this many env steps ...
+    fail_once: true            # ... only in a trial's first attempt (a retry from its checkpoint passes)
+    nan_at: 5000               # report a NaN loss from this many env steps on
 
 The return approaches `peak(config) = 500 * exp(-distance²)` (distance: the root of the
 summed squared differences to `optimum`; a choice counts 1 when it differs) by `rate` of
@@ -37,7 +44,8 @@ from ray import tune
 
 from tune_runner.audit import audit_result
 
-SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed")
+SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed",
+            "fail_at", "fail_once", "nan_at", "sleep_s")
 TRIAL_KEYS = ("env", "env_config", "tune_rl_candidate")
 STATE_FILE = "oracle.json"
 
@@ -108,6 +116,7 @@ class Oracle(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         self.level, self.env_steps = 0.0, 0
         self.rng = random.Random(int(config.get("seed", 0)))
+        self.restored = False
         self.apply(config)
 
     def apply(self, config: Mapping[str, Any]) -> None:
@@ -115,22 +124,37 @@ class Oracle(tune.Trainable):
         self.applied = hyperparameters(config)
 
     def step(self) -> dict[str, Any]:
+        import time
+
+        from tune_runner.audit import check_finite
+
+        time.sleep(float(self.config.get("sleep_s", 0.0) or 0.0))
+        fail_at = self.config.get("fail_at")
+        if fail_at is not None and self.env_steps >= fail_at and not (self.config.get("fail_once") and self.restored):
+            raise RuntimeError(f"oracle: injected failure at {self.env_steps:,} env steps")
         config = {**self.config, **self.applied}
         self.level += float(self.config.get("rate", 0.15)) * (peak(config) - self.level)
         self.env_steps += int(self.config.get("steps_per_iteration", 1000))
         noise = float(self.config.get("noise", 0.0))
         value = self.level + seed_offset(config) + (self.rng.gauss(0.0, noise) if noise else 0.0)
         result = {"episode_return_mean": value, "env_steps": self.env_steps, "peak": peak(config)}
+        nan_at = self.config.get("nan_at")
+        if nan_at is not None and self.env_steps >= nan_at:
+            result["policy_loss"] = math.nan
+        check_finite(result)
         return {**result, **audit_result(self.config, self.applied)}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        from tune_runner.own_trainable import write_atomically
+
         state = {"level": self.level, "env_steps": self.env_steps, "rng": _rng_to_json(self.rng.getstate())}
-        (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state))
+        write_atomically(Path(checkpoint_dir) / STATE_FILE, json.dumps(state).encode())
 
     def load_checkpoint(self, checkpoint: str) -> None:
         state = json.loads((Path(checkpoint) / STATE_FILE).read_text())
         self.level, self.env_steps = float(state["level"]), int(state["env_steps"])
         self.rng.setstate(_rng_from_json(state["rng"]))
+        self.restored = True
         self.apply(self.config)  # the config Tune gave this trial, not the one the checkpoint came from
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:

@@ -86,6 +86,23 @@ def trial_threads() -> int:
     return max(1, int(cpus))
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint."""
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"checkpoint not written to {path.parent} ({exc.strerror}); "
+                                 f"free disk space or point --storage elsewhere") from None
+
+
 class OwnTrainable(tune.Trainable):
     """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer)."""
 
@@ -103,10 +120,11 @@ class OwnTrainable(tune.Trainable):
             self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result
+        from tune_runner.audit import audit_result, check_finite
 
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
+        check_finite(result)
         return {**result, **audit_result(self.config, self.applied())}
 
     def applied(self) -> dict[str, float]:
@@ -126,8 +144,7 @@ class OwnTrainable(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         state = {"learner": self.learner.get_state(),
                  "runners": self.runners.get_state() if self.runners is not None else None}
-        with open(Path(checkpoint_dir) / CHECKPOINT_FILE, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        write_atomically(Path(checkpoint_dir) / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     def load_checkpoint(self, checkpoint: str) -> None:
         with open(Path(checkpoint) / CHECKPOINT_FILE, "rb") as f:

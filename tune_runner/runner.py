@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -9,7 +10,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +21,10 @@ from ray.tune import Stopper
 from tune_runner import analysis, export, mlflow_uri, tracking
 from tune_runner.errors import ExitStatus, UserError, unknown_name
 from tune_runner.spec import ExperimentSpec
+
+MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
+CHECKPOINT_EVERY = 5  # training iterations between a trial's checkpoints (and at its end)
+FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its end
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class RunOptions:
     reevaluate: bool = True
     top: int | None = None
     seeds: int | None = None
+    resume: bool = False
+    max_failures: int = MAX_FAILURES
     register_model: str | None = None
 
 
@@ -50,9 +57,13 @@ class Outcome:
     audit: str | None = None
     verdict: Any = None
     report: tuple[Path, ...] = ()
+    interrupted: bool = False
+    errors: Counter = field(default_factory=Counter)
 
     @property
     def exit_status(self) -> ExitStatus:
+        if self.interrupted:
+            return ExitStatus.INTERRUPTED
         total = sum(self.counts.values())
         if total and self.counts.get("errored", 0) == total:
             return ExitStatus.ALL_TRIALS_FAILED
@@ -216,12 +227,20 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the old engine prints nothing
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we add CSV+JSON, not TensorBoard
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")  # experiment-state snapshots: at most 2 s old
     import ray
 
     if ray.is_initialized():
         return
+    from tune_runner import reaper
+
+    os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=verbose,
              logging_level=logging.INFO if verbose else logging.ERROR)
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "tune_runner.reaper", str(os.getpid())], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
@@ -240,25 +259,34 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     spec = prepared.spec
     check_register(spec, options)
     mlflow_uri.check_uri(options.mlflow_uri)
+    check_storage(options.storage)
     name = experiment_name(spec, options, suffix=suffix)
     exp_path = options.storage / name
-    if exp_path.exists():
-        raise UserError(f"--name {name}: {exp_path} exists already; choose another name")
+    if exp_path.exists() and not options.resume:
+        raise UserError(f"--name {name}: {exp_path} exists already; choose another name "
+                        f"(or continue it: tune-rl resume {name})")
     started = time.monotonic()
     _header(spec, name, out)
     ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose)
     check_resources(spec, prepared)
-    exp_path.mkdir(parents=True)
-    (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
+    if not options.resume:
+        exp_path.mkdir(parents=True)
+        (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
     mlflow = tracking.client(options.mlflow_uri)
     exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
-    parent = _open_parent(mlflow, exp_id, spec, name, exp_path)
+    parent = tracking.find_parent(mlflow, exp_id, exp_path) if options.resume else None
+    children = tracking.children(mlflow, exp_id, parent) if parent else {}
+    if parent:
+        mlflow.update_run(parent, status="RUNNING")
+        mlflow.set_tag(parent, "tune_rl.status", "running")
+        print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
+    else:
+        parent = _open_parent(mlflow, exp_id, spec, name, exp_path)
     logged = tuple(spec.fixed) + spec.searched
-    callbacks = [
-        _live_view(spec, out),
-        tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
-                                logged_keys=logged, ending=spec.ending),
-    ]
+    tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
+                                      logged_keys=logged, ending=spec.ending)
+    tracker.runs.update(children)
+    callbacks = [_live_view(spec, out), tracker]
     audit = None
     if prepared.population:
         from tune_runner.audit import make_callback
@@ -267,19 +295,44 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         callbacks.append(audit)
     status = "FAILED"
     try:
-        _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks)
+        unfinished = _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks,
+                          resume=options.resume, max_failures=options.max_failures)
+        if unfinished:
+            status = "KILLED"
+            print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
+                  f"  tune-rl resume {name}" + _storage_flag(options), file=out, flush=True)
+            return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
         outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         _log_outcome(mlflow, parent, spec, outcome)
         policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
+        (exp_path / FINISHED_MARK).write_text(json.dumps({"status": status.lower(), "counts": dict(outcome.counts)}))
     except KeyboardInterrupt:
         status = "KILLED"
+        print(f"\ninterrupted at once; continue with: tune-rl resume {name}{_storage_flag(options)}", file=out,
+              flush=True)
         raise
     finally:
         mlflow.set_tag(parent, "tune_rl.status", status.lower())
         mlflow.set_terminated(parent, status=status)
     _summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
     return outcome
+
+
+def _storage_flag(options: RunOptions) -> str:
+    from tune_runner.paths import default_storage
+
+    return "" if options.storage == default_storage() else f" --storage {options.storage}"
+
+
+def check_storage(storage: Path) -> None:
+    """The results folder must exist or be creatable, and be writable, before anything starts."""
+    probe = storage
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--storage {storage}: not writable ({probe} is not a writable folder); "
+                        f"choose a folder you can write to")
 
 
 def check_register(spec: ExperimentSpec, options: RunOptions) -> None:
@@ -296,24 +349,42 @@ def check_register(spec: ExperimentSpec, options: RunOptions) -> None:
                         f"a model (only {', '.join(OWN)}); drop --register-model")
 
 
-def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list) -> None:
+def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list,
+         resume: bool = False, max_failures: int = MAX_FAILURES) -> int:
+    """Run (or continue) the Tune experiment; the number of trials left unfinished (interrupted)."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    tuner = tune.Tuner(
-        prepared.trainable,
-        param_space=spec.param_space(),
-        tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, search_alg=prepared.searcher,
-                                    scheduler=prepared.scheduler, num_samples=spec.num_samples,
-                                    max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
-        run_config=tune.RunConfig(
-            name=name, storage_path=str(storage), stop=BudgetStopper(spec),
-            callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
-                                                    checkpoint_at_end=True),
-            failure_config=tune.FailureConfig(max_failures=1)),
-    )
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(storage), stop=BudgetStopper(spec),
+        callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
+                                                checkpoint_frequency=CHECKPOINT_EVERY
+                                                if _checkpoints(spec) else 0,
+                                                checkpoint_at_end=_checkpoints(spec)),
+        failure_config=tune.FailureConfig(max_failures=max_failures))
+    if resume:
+        tuner = tune.Tuner.restore(str(storage / name), trainable=prepared.trainable, resume_unfinished=True,
+                                   resume_errored=True, param_space=spec.param_space())
+        # The restored run config holds the callbacks pickled at the start; ours must be the live ones.
+        tuner._local_tuner._run_config = run_config
+    else:
+        tuner = tune.Tuner(
+            prepared.trainable,
+            param_space=spec.param_space(),
+            tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, search_alg=prepared.searcher,
+                                        scheduler=prepared.scheduler, num_samples=spec.num_samples,
+                                        max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+            run_config=run_config)
     tuner.fit()
+    ended = [t for t in analysis.load(storage / name).trials if t.status in ("TERMINATED", "ERROR")]
+    return max(0, spec.num_trials - len(ended))  # > 0 only when interrupted (trials not run or not ended)
+
+
+def _checkpoints(spec: ExperimentSpec) -> bool:
+    from tune_runner import trainables
+
+    return trainables.can_checkpoint(spec.trainable)
 
 
 def checkpoints_to_keep(prepared: Prepared) -> int:
@@ -340,6 +411,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
             audit: str | None = None, out: TextIO | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
     counts = analysis.statuses(loaded, ending=spec.ending)
+    errors = Counter(tracking.last_error_line(t) for t in loaded.trials if t.status == "ERROR")
     try:
         best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last")
     except UserError:
@@ -357,7 +429,8 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     from tune_runner import report
 
     written = report.write(loaded, spec, folder=exp_path, title=exp_path.name)
-    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict, tuple(written))
+    return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict, tuple(written),
+                   errors=errors)
 
 
 def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunOptions, out: TextIO) -> Any:
@@ -468,6 +541,9 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
     minutes, seconds = divmod(int(outcome.seconds), 60)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
     print(f"\ntrials     {sum(outcome.counts.values())}: {counts} in {minutes}m{seconds:02d}s", file=out)
+    if outcome.errors:
+        (line, times), = outcome.errors.most_common(1)
+        print(f"errors     {sum(outcome.errors.values())} trial(s) errored; most common ({times}x): {line}", file=out)
     best = outcome.best
     if best is not None:
         steps = int(best.last_result.get("env_steps", 0))

@@ -139,3 +139,18 @@ def last_error_line(trial: Any) -> str:
     text = text or str(getattr(trial, "error_msg", "") or "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "unknown error"
+
+
+def find_parent(mlflow: Any, experiment_id: str, exp_path: Path) -> str | None:
+    """The parent run of the search in `exp_path` (found by its experiment-path tag), for a resume."""
+    runs = mlflow.search_runs([experiment_id], filter_string=f"tags.`tune_rl.experiment_path` = '{exp_path}'",
+                              max_results=5)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents[0].info.run_id if parents else None
+
+
+def children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
+    """trial id -> child run id of a parent run, so a resumed search logs into the same runs."""
+    runs = mlflow.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+                              max_results=10_000)
+    return {r.data.tags["tune_rl.trial_id"]: r.info.run_id for r in runs if "tune_rl.trial_id" in r.data.tags}

@@ -232,9 +232,10 @@ class RLlibTrainable(tune.Trainable):
         self._last: dict[str, float] = {}
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result
+        from tune_runner.audit import audit_result, check_finite
 
         result = metrics.from_rllib(self.algo.train(), previous=self._last)
+        check_finite(result)
         self._last = result
         return {**result, **audit_result(self.config, self.applied())}
 

@@ -1,0 +1,155 @@
+"""Resilience against real processes and real signals: Ctrl-C, kill -9 of the driver, resume, failing and
+diverging trials. The driver runs as a subprocess (its own local Ray) where a signal is the point."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tune_runner.reaper import marked
+
+pytestmark = pytest.mark.e2e
+
+BUDGET, STEP = 24_000, 1_000
+
+
+def slow_oracle(path: Path, *, trials: int = 3, sleep_s: float = 0.25, **fixed) -> Path:
+    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": BUDGET},
+           "searcher": {"name": "random", "seed": 1}, "scheduler": "fifo", "num_samples": trials,
+           "reevaluate": False,
+           "fixed": {"optimum": {"x": 0.5}, "steps_per_iteration": STEP, "sleep_s": sleep_s, **fixed},
+           "space": {"x": {"uniform": [0.0, 1.0]}}}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def start_driver(home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "TUNE_RL_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tune_runner", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait_for(proc: subprocess.Popen, text: str, *, timeout: float = 120) -> list[str]:
+    lines, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"never printed {text!r}:\n{''.join(lines)}")
+
+
+def steps_by_trial(exp: Path) -> dict[str, list[int]]:
+    out = {}
+    for progress in exp.glob("*/progress.csv"):
+        with progress.open() as f:
+            out[progress.parent.name] = [int(float(row["env_steps"])) for row in csv.DictReader(f)]
+    return out
+
+
+def assert_finished_without_restarts(exp: Path, trials: int) -> dict[str, int]:
+    """Every trial ran its whole budget; none went back to its first step after the resume. Returns the
+    env steps each trial re-ran (its lost progress)."""
+    from ray.tune import ExperimentAnalysis
+
+    analysis = ExperimentAnalysis(str(exp))
+    assert len(analysis.trials) == trials and {t.status for t in analysis.trials} == {"TERMINATED"}
+    lost = {}
+    for name, steps in steps_by_trial(exp).items():
+        assert steps[-1] == BUDGET, (name, steps)
+        assert steps.count(STEP) == 1, (name, steps)  # never restarted from zero
+        back = [a - b + STEP for a, b in zip(steps, steps[1:], strict=False) if b <= a]
+        lost[name] = max(back, default=0)
+    return lost
+
+
+def mlflow_run_count(home: Path, experiment: str) -> tuple[int, int]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return len(parents), len(runs) - len(parents)
+
+
+def test_ctrl_c_saves_exits_130_and_resume_finishes_without_redoing_work(ray_session, cli, _isolated_home, tmp_path):
+    space = slow_oracle(tmp_path / "s.yaml")
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc", "--num-cpus", "2")
+    wait_for(proc, "50%")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "tune-rl resume cc" in out
+    assert not marked(proc.pid)  # the driver shut its Ray down
+    started = time.monotonic()
+    result = cli("resume", "cc")
+    print(f"\nresume after Ctrl-C: {time.monotonic() - started:.1f} s")
+    assert result.status == 0, result.out + result.err
+    assert "resuming:" in result.out
+    lost = assert_finished_without_restarts(_isolated_home / "results" / "cc", 3)
+    print(f"env steps re-run per trial after Ctrl-C: {lost}")
+    assert max(lost.values()) <= 5 * STEP + STEP  # at most one checkpoint interval (5 iterations)
+    assert mlflow_run_count(_isolated_home, "s") == (1, 3)  # continued, not duplicated
+    again = cli("resume", "cc")
+    assert again.status == 0 and "finished already" in again.out
+
+
+def test_kill_9_of_the_driver_leaves_no_ray_process_and_resume_finishes(ray_session, cli, _isolated_home, tmp_path):
+    space = slow_oracle(tmp_path / "k.yaml")
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "kk", "--num-cpus", "2")
+    wait_for(proc, "25%")
+    before = marked(proc.pid)
+    assert len(before) >= 3, before  # GCS, raylet, dashboard agents, workers...
+    proc.kill()  # SIGKILL to the driver only, as `kill -9 PID` does
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while marked(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stray = marked(proc.pid)
+    print(f"\nRay processes of the killed driver: {len(before)} before, {len(stray)} left after the reaper")
+    assert stray == []
+    result = cli("resume", "kk")
+    assert result.status == 0, result.out + result.err
+    lost = assert_finished_without_restarts(_isolated_home / "results" / "kk", 3)
+    print(f"env steps re-run per trial after kill -9: {lost}")
+    assert mlflow_run_count(_isolated_home, "k") == (1, 3)
+
+
+def test_a_trial_that_fails_once_is_retried_from_its_checkpoint(ray_session, cli, _isolated_home, tmp_path):
+    space = slow_oracle(tmp_path / "f.yaml", trials=2, sleep_s=0.0, fail_at=12_000, fail_once=True)
+    result = cli("search", "--space", str(space), "--name", "flaky")
+    assert result.status == 0, result.out + result.err
+    assert "errored" not in result.out.split("trials", 1)[-1].splitlines()[0]
+    assert_finished_without_restarts(_isolated_home / "results" / "flaky", 2)
+
+
+def test_a_trial_that_keeps_failing_is_errored_everywhere_and_the_search_finishes(ray_session, cli, _isolated_home,
+                                                                                 tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    space = slow_oracle(tmp_path / "e.yaml", trials=2, sleep_s=0.0, fail_at=12_000)
+    result = cli("search", "--space", str(space), "--name", "broken", "--max-failures", "1")
+    assert result.status == 3, result.out + result.err  # every trial failed
+    assert "ERROR" in result.out and "errors     2 trial(s) errored; most common (2x): " in result.out
+    assert "injected failure at 12,000 env steps" in result.out
+    client = MlflowClient(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("e").experiment_id],
+                              filter_string="tags.`tune_rl.status` = 'errored'")
+    assert len(runs) == 2 and all("injected failure" in r.data.tags["tune_rl.error"] for r in runs)
+
+
+def test_nan_in_a_loss_stops_the_trial_as_errored_with_the_reason(ray_session, cli, _isolated_home, tmp_path):
+    space = slow_oracle(tmp_path / "n.yaml", trials=2, sleep_s=0.0, nan_at=5_000)
+    result = cli("search", "--space", str(space), "--name", "nan", "--max-failures", "0")
+    assert result.status == 3
+    assert "policy_loss is nan at 5,000 env steps" in result.out
