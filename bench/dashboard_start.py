@@ -14,6 +14,7 @@ import argparse
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,9 +127,11 @@ def main() -> None:
         print(f"{r['name']:26} {r['up'] or float('nan'):9.1f}s {r['page'] or float('nan'):9.1f}s "
               f"{r['peak']:7.0f}MB {r['processes']:5d} {r['status']!s:>5} {r['gone']:7.1f}s"
               + (f"  {r['left']} left, killed" if r["left"] else ""))
-    ours, peer = results[0], results[1]
-    print(f"ratio: start {ours['up'] / peer['up']:.2f}x the default's time, "
-          f"{ours['peak'] / peer['peak']:.2f}x its memory")
+    ours = [r for r in results if r["name"].startswith("tune-rl")]
+    peer = [r for r in results if not r["name"].startswith("tune-rl")]
+    up, peak = (statistics.median(r[key] for r in ours) / statistics.median(r[key] for r in peer)
+                for key in ("up", "peak"))
+    print(f"ratio (medians): start {up:.2f}x the default's time, {peak:.2f}x its memory")
 
 
 if __name__ == "__main__":

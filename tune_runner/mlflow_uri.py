@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,7 +50,7 @@ def _check_server(uri: str) -> None:
     request = urllib.request.Request(f"{base}/api/2.0/mlflow/experiments/search?max_results=1",
                                      headers=auth_headers())
     try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
+        with urllib.request.urlopen(request, timeout=10, context=_tls_context(uri)) as reply:
             body = reply.read()
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
@@ -64,6 +65,16 @@ def _check_server(uri: str) -> None:
     if not body.lstrip().startswith(b"{"):
         raise UserError(f"--mlflow-uri {shown}: not an MLflow tracking server (its REST API answered "
                         f"something else than JSON); fix the address")
+
+
+def _tls_context(uri: str) -> ssl.SSLContext | None:
+    """TLS as MLflow's client does it: MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_INSECURE_TLS."""
+    if not uri.startswith("https://"):
+        return None
+    context = ssl.create_default_context(cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
+    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() in ("true", "1"):
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
 
 
 def auth_headers() -> dict[str, str]:

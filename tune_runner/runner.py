@@ -516,7 +516,7 @@ def _where_to_look(uri: str) -> str:
     from tune_runner.paths import default_mlflow_uri
 
     if uri.startswith(("http://", "https://")):
-        return f"open {mlflow_uri.redacted(uri)}"
+        return "open it in a browser"
     return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
 
 
