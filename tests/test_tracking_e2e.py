@@ -35,7 +35,7 @@ def store(home: Path, experiment: str) -> tuple:
 def test_oracle_search_parent_children_curves_statuses_and_report(ray_session, cli, _isolated_home, tmp_path):
     from ray.tune import ExperimentAnalysis
 
-    result = cli("search", "--space", "oracle", "--num-samples", "4", "--set", "budget=4000",
+    result = cli("search", "--space", "oracle", "--no-reevaluate", "--num-samples", "4", "--set", "budget=4000",
                  "--scheduler", "asha", "--name", "oracle-mlflow")
     assert result.status == 0, result.err
     assert "model      not logged (the oracle has no policy)" in result.out
@@ -89,7 +89,7 @@ def test_ppo_search_logs_and_registers_a_policy_that_mlflow_alone_loads(ray_sess
     from tune_runner.model import last_checkpoint
     from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
 
-    result = cli("search", "--space", "ppo_small", "--num-samples", "1", "--scheduler", "fifo",
+    result = cli("search", "--space", "ppo_small", "--no-reevaluate", "--num-samples", "1", "--scheduler", "fifo",
                  "--set", "budget=2048", "--set", "num_envs_per_env_runner=8",
                  "--set", "train_batch_size_per_learner=512", "--set", "minibatch_size=256",
                  "--register-model", "tiny-ppo", "--name", "ppo-model")

@@ -210,8 +210,10 @@ def quiet_logs(*, verbose: bool) -> None:
     """Keep the driver's output to our live view: RLlib, Tune and MLflow chatter only with --verbose."""
     if verbose:
         return
-    for name in ("ray.rllib", "ray.tune", "ray.train"):
+    for name in ("ray.rllib", "ray.train"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # Tune logs every failed trial's traceback at ERROR; the live view and summary say it in one line.
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is first imported
     for name in ("mlflow", "alembic", "optuna", "hpbandster"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -239,8 +241,9 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
              logging_level=logging.INFO if verbose else logging.ERROR)
     import subprocess
 
+    unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
     subprocess.Popen([sys.executable, "-m", "tune_runner.reaper", str(os.getpid())], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
