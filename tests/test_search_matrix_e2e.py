@@ -184,3 +184,12 @@ def test_a_trial_bigger_than_the_cluster_is_refused_before_launch(ray_session, c
     assert result.status == 2 and len(result.err.strip().splitlines()) == 1, result.err
     assert "one trial of rllib/PPO asks for 3 CPU (3 bundle(s)), the Ray cluster has 2 CPU" in result.err
     assert not (_isolated_home / "results" / "too-big").exists()
+
+
+def test_gpus_asked_on_a_cluster_without_gpus_are_refused_before_launch(ray_session, cli, _isolated_home, tmp_path):
+    path = pbt_space(tmp_path / "g.yaml", trainable="rllib/PPO", budget=800, interval=400, num_samples=1,
+                     fixed={"num_env_runners": 0, "num_gpus_per_learner": 1})
+    result = cli("search", "--space", str(path), "--name", "gpu")
+    assert result.status == 2 and len(result.err.strip().splitlines()) == 1, result.err
+    assert "1 GPU" in result.err and "the Ray cluster has" in result.err and "0 GPU" in result.err
+    assert not (_isolated_home / "results" / "gpu").exists()
