@@ -157,3 +157,25 @@ def test_nan_in_a_loss_stops_the_trial_as_errored_with_the_reason(ray_session, c
     result = cli("search", "--space", str(space), "--name", "nan", "--max-failures", "0")
     assert result.status == 3
     assert "policy_loss is nan at 5,000 env steps" in result.out
+
+
+def test_losing_a_worker_node_reschedules_its_trials_from_checkpoints(_isolated_home, tmp_path):
+    """A real two-node Ray cluster (ray.cluster_utils.Cluster: two raylets on this machine); the worker
+    node is really removed mid-search. Runs in its own process: it needs its own Ray cluster."""
+    import json
+
+    from ray.tune import ExperimentAnalysis
+
+    space = slow_oracle(tmp_path / "n.yaml", trials=3, sleep_s=0.25)
+    env = {**os.environ, "TUNE_RL_HOME": str(_isolated_home), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "node_loss_driver.py"), str(_isolated_home),
+                           str(space)], env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["trials_on_worker_before"] >= 1, report
+    assert report["status"] == 0 and report["counts"] == {"done": 3}, report
+    exp = _isolated_home / "results" / "node-loss"
+    trials = ExperimentAnalysis(str(exp)).trials
+    assert all(t.last_result["node_id"] != report["worker_id"] for t in trials)  # all ended on the head
+    lost = assert_finished_without_restarts(exp, 3)
+    print(f"\nnode loss: trials on the worker before: {report['trials_on_worker_before']}; env steps re-run: {lost}")

@@ -122,3 +122,13 @@ def check_finite(result: Mapping[str, Any]) -> None:
     if is_number(value) and (math.isinf(value) or (math.isnan(value) and result.get("episodes", 0))):
         raise NonFiniteError(f"episode_return_mean is {value} at {int(result.get('env_steps', 0)):,} env steps "
                              f"after {result.get('episodes')} episodes")
+
+
+def node_id() -> str:
+    """The Ray node this trial runs on (results carry it, so a test or a user can see where trials ran)."""
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray (tests, notebooks)
+        return ""

@@ -42,7 +42,7 @@ from typing import Any
 
 from ray import tune
 
-from tune_runner.audit import audit_result
+from tune_runner.audit import audit_result, node_id
 
 SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed",
             "fail_at", "fail_once", "nan_at", "sleep_s")
@@ -142,7 +142,7 @@ class Oracle(tune.Trainable):
         if nan_at is not None and self.env_steps >= nan_at:
             result["policy_loss"] = math.nan
         check_finite(result)
-        return {**result, **audit_result(self.config, self.applied)}
+        return {**result, **audit_result(self.config, self.applied), "node_id": node_id()}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from tune_runner.own_trainable import write_atomically

@@ -120,12 +120,12 @@ class OwnTrainable(tune.Trainable):
             self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite
+        from tune_runner.audit import audit_result, check_finite, node_id
 
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
         check_finite(result)
-        return {**result, **audit_result(self.config, self.applied())}
+        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id()}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""

@@ -20,7 +20,7 @@ from tune_runner.mlflow_uri import artifact_location
 NOT_METRICS = frozenset({
     "timestamp", "pid", "time_this_iter_s", "iterations_since_restore", "time_since_restore",
     "done", "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name",
-    "should_checkpoint", "env_steps"})
+    "should_checkpoint", "env_steps", "node_id"})
 MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}

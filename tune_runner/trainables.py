@@ -232,12 +232,12 @@ class RLlibTrainable(tune.Trainable):
         self._last: dict[str, float] = {}
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite
+        from tune_runner.audit import audit_result, check_finite, node_id
 
         result = metrics.from_rllib(self.algo.train(), previous=self._last)
         check_finite(result)
         self._last = result
-        return {**result, **audit_result(self.config, self.applied())}
+        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id()}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the (first) learner uses them: its optimizer's lr, its config."""

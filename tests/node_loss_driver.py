@@ -1,0 +1,59 @@
+"""Run by tests/test_resilience_e2e.py in its own process: a two-node local Ray cluster
+(ray.cluster_utils.Cluster: head + worker on this machine), a search on it, and the worker node
+removed mid-search. Prints one JSON line with what happened."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def main(home: Path, space: Path) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from tune_runner import runner
+    from tune_runner.spec import load_spec
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker = cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    worker_id = worker.node_id
+    out = io.StringIO()
+    options = runner.RunOptions(storage=home / "results", mlflow_uri=f"sqlite:///{home / 'mlflow.db'}",
+                                name="node-loss", reevaluate=False, max_failures=3)
+    done: dict = {}
+
+    def search() -> None:
+        done["outcome"] = runner.run(load_spec(str(space)), options, out=out)
+
+    thread = threading.Thread(target=search)
+    thread.start()
+    exp = home / "results" / "node-loss"
+    deadline = time.monotonic() + 120
+    on_worker = 0
+    while time.monotonic() < deadline:  # wait until trials report from the worker node
+        on_worker = sum(1 for p in exp.glob("*/result.json") if worker_id in p.read_text())
+        if on_worker:
+            break
+        time.sleep(0.3)
+    time.sleep(2.0)  # past a checkpoint (every 5 iterations)
+    cluster.remove_node(worker)
+    removed_at = time.monotonic()
+    thread.join(timeout=300)
+    outcome = done.get("outcome")
+    print(json.dumps({"trials_on_worker_before": on_worker, "removed_after_s": round(removed_at, 1),
+                      "status": int(outcome.exit_status) if outcome else None,
+                      "counts": dict(outcome.counts) if outcome else None, "worker_id": worker_id,
+                      "log": out.getvalue()[-3000:]}))
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
