@@ -107,6 +107,22 @@ def test_ctrl_c_saves_exits_130_and_resume_finishes_without_redoing_work(ray_ses
     assert again.status == 0 and "finished already" in again.out
 
 
+def test_a_second_ctrl_c_stops_at_once_and_the_search_still_resumes(ray_session, cli, _isolated_home, tmp_path):
+    space = slow_oracle(tmp_path / "d.yaml", trials=2)
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc2", "--num-cpus", "2")
+    wait_for(proc, "25%")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "tune-rl resume cc2" in out
+    result = cli("resume", "cc2")
+    assert result.status == 0, result.out + result.err
+    assert_finished_without_restarts(_isolated_home / "results" / "cc2", 2)
+    assert mlflow_run_count(_isolated_home, "d") == (1, 2)
+
+
 def test_kill_9_of_the_driver_leaves_no_ray_process_and_resume_finishes(ray_session, cli, _isolated_home, tmp_path):
     space = slow_oracle(tmp_path / "k.yaml")
     proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "kk", "--num-cpus", "2")

@@ -10,7 +10,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,7 +19,14 @@ import yaml
 from ray.tune import Stopper
 
 from tune_runner import analysis, export, mlflow_uri, tracking
-from tune_runner.errors import ExitStatus, UserError, unknown_name
+from tune_runner.errors import ExitStatus, UserError
+from tune_runner.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
+    Prepared,
+    check_register,
+    check_resources,
+    check_storage,
+    prepare,
+)
 from tune_runner.spec import ExperimentSpec
 
 MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
@@ -68,142 +75,6 @@ class Outcome:
         if total and self.counts.get("errored", 0) == total:
             return ExitStatus.ALL_TRIALS_FAILED
         return ExitStatus.OK
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The Ray Tune objects for a spec, all validated before anything starts.
-
-    `spec` is the spec as it runs (the grid searcher turns choices into grid axes).
-    """
-
-    spec: ExperimentSpec
-    trainable: Any
-    searcher: Any
-    scheduler: Any
-    population: bool = False
-
-
-def check_env(name: str, *, where: str) -> None:
-    """The env must be a gymnasium id or an env registered with Ray Tune."""
-    import gymnasium
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
-    if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
-        return
-    raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
-
-
-def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
-    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
-    from tune_runner import schedulers, searchers, trainables
-
-    where = spec.source
-    try:
-        trainable = trainables.resolve(spec.trainable)
-    except UserError as exc:
-        raise UserError(f"{where}: trainable: {exc}") from None
-    keys = list(spec.fixed) + list(spec.searched)
-    for key, problem in trainables.check_settings(trainable, keys):
-        section = "space" if key in spec.searched else "fixed"
-        raise UserError(f"{where}: {section}.{key}: {problem}")
-    check_env(spec.env, where=where)
-    check_metric(spec, trainable)
-    problem = _check_space_corners(spec, trainable)
-    if problem:
-        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
-    kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
-    searcher_type = searchers.searcher_type(spec.searcher, where=where)
-    check_combination(spec, trainable, kind, scheduler_type, searcher_type)
-    if spec.searcher.name == "grid":
-        spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
-    scheduler = schedulers.build_scheduler(
-        spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
-        time_attrs=trainables.time_attrs(trainable), seed=spec.searcher.settings.get("seed"))
-    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
-                                        metric=spec.metric, mode=spec.mode)
-    return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
-                    population=scheduler_type.population)
-
-
-def check_metric(spec: ExperimentSpec, trainable: str) -> None:
-    """The metric to optimize must be one the trainable reports."""
-    from tune_runner import trainables
-
-    known = (*trainables.reported(trainable), *trainables.TIME_ATTRS)
-    if spec.metric not in known:
-        raise UserError(f"{spec.source}: metric: {unknown_name(f'metric of {spec.trainable}', spec.metric, known)}")
-
-
-def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler: Any, searcher: Any) -> None:
-    """Scheduler x searcher x trainable combinations that cannot work, refused with the reason."""
-    from tune_runner import trainables
-
-    where, name = spec.source, spec.searcher.name
-    if scheduler.searcher and name != scheduler.searcher:
-        raise UserError(f"{where}: scheduler: {kind} works only with searcher {scheduler.searcher} "
-                        f"(BOHB = HyperBand + its own model), got searcher {name}; set searcher: {scheduler.searcher}")
-    if searcher.scheduler and kind != searcher.scheduler:
-        raise UserError(f"{where}: searcher: {name} works only with scheduler {searcher.scheduler}, got "
-                        f"scheduler {kind}; set scheduler: {searcher.scheduler}")
-    if scheduler.population and searcher.model_based:
-        raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
-                        f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
-    if scheduler.needs_checkpoints and not trainables.can_checkpoint(trainable):
-        why = "copies checkpoints between trials" if scheduler.population else "pauses trials and resumes them"
-        raise UserError(f"{where}: scheduler: {kind} {why}, and trainable {spec.trainable} cannot save a "
-                        f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
-
-
-def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
-    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
-    from tune_runner import trainables
-
-    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
-    candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
-    for config in candidates:
-        problem = trainables.check_config(trainable, config)
-        if problem:
-            return problem
-    return None
-
-
-def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]]:
-    """The resource bundles one trial asks for (its config's sample), e.g. [{"CPU": 1}, {"CPU": 1}]."""
-    config = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env,
-              "env_config": spec.env_config}
-    request = getattr(trainable, "default_resource_request", None)
-    factory = request(config) if callable(request) else None
-    if factory is None:
-        return [{"CPU": 1.0}]
-    return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
-
-
-def check_resources(spec: ExperimentSpec, prepared: Prepared) -> None:
-    """A trial that no node can hold would stay PENDING forever in Ray; refuse it before launch."""
-    import ray
-
-    bundles = trial_request(spec, prepared.trainable)
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    total: Counter = Counter()
-    for bundle in bundles:
-        total.update(bundle)
-    have: Counter = Counter()
-    for node in nodes:
-        have.update({k: v for k, v in node.items() if k in total})
-    short = {k: v for k, v in total.items() if v > have.get(k, 0) + 1e-9}
-    unplaceable = [b for b in bundles if not any(all(node.get(k, 0) >= v for k, v in b.items()) for node in nodes)]
-    if not short and not unplaceable:
-        return
-    ask = ", ".join(f"{_num(v)} {k}" for k, v in total.items())
-    got = ", ".join(f"{_num(have.get(k, 0))} {k}" for k in total)
-    hint = "lower num_env_runners (or the trial's CPUs/GPUs), or run on a bigger Ray (--num-cpus, --address)"
-    raise UserError(f"{spec.source}: one trial of {spec.trainable} asks for {ask} "
-                    f"({len(bundles)} bundle(s)), the Ray cluster has {got}; {hint}")
-
-
-def _num(value: float) -> str:
-    return f"{value:g}"
 
 
 def quiet_logs(*, verbose: bool) -> None:
@@ -260,7 +131,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     quiet_logs(verbose=options.verbose)
     prepared = prepare(spec, storage=options.storage)
     spec = prepared.spec
-    check_register(spec, options)
+    check_register(spec, options.register_model)
     mlflow_uri.check_uri(options.mlflow_uri)
     check_storage(options.storage)
     name = experiment_name(spec, options, suffix=suffix)
@@ -275,27 +146,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     if not options.resume:
         exp_path.mkdir(parents=True)
         (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
-    mlflow = tracking.client(options.mlflow_uri)
-    exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
-    parent = tracking.find_parent(mlflow, exp_id, exp_path) if options.resume else None
-    children = tracking.children(mlflow, exp_id, parent) if parent else {}
-    if parent:
-        mlflow.update_run(parent, status="RUNNING")
-        mlflow.set_tag(parent, "tune_rl.status", "running")
-        print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
-    else:
-        parent = _open_parent(mlflow, exp_id, spec, name, exp_path)
-    logged = tuple(spec.fixed) + spec.searched
-    tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
-                                      logged_keys=logged, ending=spec.ending)
-    tracker.runs.update(children)
-    callbacks = [_live_view(spec, out), tracker]
-    audit = None
-    if prepared.population:
-        from tune_runner.audit import make_callback
-
-        audit = make_callback(out)
-        callbacks.append(audit)
+    mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
+                                                         out=out)
     status = "FAILED"
     try:
         unfinished = _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks,
@@ -322,34 +174,37 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     return outcome
 
 
+def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, population: bool,
+              out: TextIO) -> tuple[Any, str, str, list, Any]:
+    """The MLflow parent run (continued on a resume, with its child runs) and the Tune callbacks."""
+    mlflow = tracking.client(options.mlflow_uri)
+    exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
+    parent = tracking.find_parent(mlflow, exp_id, exp_path) if options.resume else None
+    children = tracking.children(mlflow, exp_id, parent) if parent else {}
+    if parent:
+        mlflow.update_run(parent, status="RUNNING")
+        mlflow.set_tag(parent, "tune_rl.status", "running")
+        print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
+    else:
+        parent = _open_parent(mlflow, exp_id, spec, exp_path.name, exp_path)
+    logged = tuple(spec.fixed) + spec.searched
+    tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
+                                      logged_keys=logged, ending=spec.ending)
+    tracker.runs.update(children)
+    callbacks = [_live_view(spec, out), tracker]
+    audit = None
+    if population:
+        from tune_runner.audit import make_callback
+
+        audit = make_callback(out)
+        callbacks.append(audit)
+    return mlflow, exp_id, parent, callbacks, audit
+
+
 def _storage_flag(options: RunOptions) -> str:
     from tune_runner.paths import default_storage
 
     return "" if options.storage == default_storage() else f" --storage {options.storage}"
-
-
-def check_storage(storage: Path) -> None:
-    """The results folder must exist or be creatable, and be writable, before anything starts."""
-    probe = storage
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"--storage {storage}: not writable ({probe} is not a writable folder); "
-                        f"choose a folder you can write to")
-
-
-def check_register(spec: ExperimentSpec, options: RunOptions) -> None:
-    """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables import OWN
-
-    name = options.register_model
-    if name is None:
-        return
-    if not name.strip() or "/" in name or ":" in name:
-        raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
-    if spec.trainable not in OWN:
-        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
-                        f"a model (only {', '.join(OWN)}); drop --register-model")
 
 
 def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list,

@@ -1,0 +1,175 @@
+"""Everything checked before a search starts: names, settings, combinations, resources, storage.
+
+`prepare` builds the Tune objects from a spec without starting anything; `check_resources`
+needs the Ray cluster (it runs after `ensure_ray`, before a trial is launched).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tune_runner.errors import UserError, unknown_name
+from tune_runner.spec import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The Ray Tune objects for a spec, all validated before anything starts.
+
+    `spec` is the spec as it runs (the grid searcher turns choices into grid axes).
+    """
+
+    spec: ExperimentSpec
+    trainable: Any
+    searcher: Any
+    scheduler: Any
+    population: bool = False
+
+
+def check_env(name: str, *, where: str) -> None:
+    """The env must be a gymnasium id or an env registered with Ray Tune."""
+    import gymnasium
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
+        return
+    raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
+
+
+def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
+    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
+    from tune_runner import schedulers, searchers, trainables
+
+    where = spec.source
+    try:
+        trainable = trainables.resolve(spec.trainable)
+    except UserError as exc:
+        raise UserError(f"{where}: trainable: {exc}") from None
+    keys = list(spec.fixed) + list(spec.searched)
+    for key, problem in trainables.check_settings(trainable, keys):
+        section = "space" if key in spec.searched else "fixed"
+        raise UserError(f"{where}: {section}.{key}: {problem}")
+    check_env(spec.env, where=where)
+    check_metric(spec, trainable)
+    problem = _check_space_corners(spec, trainable)
+    if problem:
+        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
+    kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
+    searcher_type = searchers.searcher_type(spec.searcher, where=where)
+    check_combination(spec, trainable, kind, scheduler_type, searcher_type)
+    if spec.searcher.name == "grid":
+        spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
+    scheduler = schedulers.build_scheduler(
+        spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
+        time_attrs=trainables.time_attrs(trainable), seed=spec.searcher.settings.get("seed"))
+    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
+                                        metric=spec.metric, mode=spec.mode)
+    return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
+                    population=scheduler_type.population)
+
+
+def check_metric(spec: ExperimentSpec, trainable: str) -> None:
+    """The metric to optimize must be one the trainable reports."""
+    from tune_runner import trainables
+
+    known = (*trainables.reported(trainable), *trainables.TIME_ATTRS)
+    if spec.metric not in known:
+        raise UserError(f"{spec.source}: metric: {unknown_name(f'metric of {spec.trainable}', spec.metric, known)}")
+
+
+def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler: Any, searcher: Any) -> None:
+    """Scheduler x searcher x trainable combinations that cannot work, refused with the reason."""
+    from tune_runner import trainables
+
+    where, name = spec.source, spec.searcher.name
+    if scheduler.searcher and name != scheduler.searcher:
+        raise UserError(f"{where}: scheduler: {kind} works only with searcher {scheduler.searcher} "
+                        f"(BOHB = HyperBand + its own model), got searcher {name}; set searcher: {scheduler.searcher}")
+    if searcher.scheduler and kind != searcher.scheduler:
+        raise UserError(f"{where}: searcher: {name} works only with scheduler {searcher.scheduler}, got "
+                        f"scheduler {kind}; set scheduler: {searcher.scheduler}")
+    if scheduler.population and searcher.model_based:
+        raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
+                        f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
+    if scheduler.needs_checkpoints and not trainables.can_checkpoint(trainable):
+        why = "copies checkpoints between trials" if scheduler.population else "pauses trials and resumes them"
+        raise UserError(f"{where}: scheduler: {kind} {why}, and trainable {spec.trainable} cannot save a "
+                        f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
+
+
+def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
+    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
+    from tune_runner import trainables
+
+    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
+    candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
+    for config in candidates:
+        problem = trainables.check_config(trainable, config)
+        if problem:
+            return problem
+    return None
+
+
+def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]]:
+    """The resource bundles one trial asks for (its config's sample), e.g. [{"CPU": 1}, {"CPU": 1}]."""
+    config = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env,
+              "env_config": spec.env_config}
+    request = getattr(trainable, "default_resource_request", None)
+    factory = request(config) if callable(request) else None
+    if factory is None:
+        return [{"CPU": 1.0}]
+    return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
+
+
+def check_resources(spec: ExperimentSpec, prepared: Prepared) -> None:
+    """A trial that no node can hold would stay PENDING forever in Ray; refuse it before launch."""
+    import ray
+
+    bundles = trial_request(spec, prepared.trainable)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    total: Counter = Counter()
+    for bundle in bundles:
+        total.update(bundle)
+    have: Counter = Counter()
+    for node in nodes:
+        have.update({k: v for k, v in node.items() if k in total})
+    short = {k: v for k, v in total.items() if v > have.get(k, 0) + 1e-9}
+    unplaceable = [b for b in bundles if not any(all(node.get(k, 0) >= v for k, v in b.items()) for node in nodes)]
+    if not short and not unplaceable:
+        return
+    ask = ", ".join(f"{_num(v)} {k}" for k, v in total.items())
+    got = ", ".join(f"{_num(have.get(k, 0))} {k}" for k in total)
+    hint = "lower num_env_runners (or the trial's CPUs/GPUs), or run on a bigger Ray (--num-cpus, --address)"
+    raise UserError(f"{spec.source}: one trial of {spec.trainable} asks for {ask} "
+                    f"({len(bundles)} bundle(s)), the Ray cluster has {got}; {hint}")
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def check_storage(storage: Path) -> None:
+    """The results folder must exist or be creatable, and be writable, before anything starts."""
+    probe = storage
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--storage {storage}: not writable ({probe} is not a writable folder); "
+                        f"choose a folder you can write to")
+
+
+def check_register(spec: ExperimentSpec, name: str | None) -> None:
+    """--register-model needs a trainable whose policy we export (ours), and a usable name."""
+    from tune_runner.trainables import OWN
+
+    if name is None:
+        return
+    if not name.strip() or "/" in name or ":" in name:
+        raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
+    if spec.trainable not in OWN:
+        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
+                        f"a model (only {', '.join(OWN)}); drop --register-model")
