@@ -66,6 +66,8 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["search", "--space", "oracle", "--storage", "/etc/hostname/results"],
      ["--storage /etc/hostname/results: not writable (/etc/hostname is not a writable folder)"]),
     (["search", "--space", "oracle", "--max-failures", "-1"], ["--max-failures -1: must be 0 or more"]),
+    (["search", "--space", "oracle", "--gpu", "first"], ['--gpu first: expected GPU indices like "0" or "0,1"']),
+    (["search", "--space", "oracle", "--gpus-per-trial", "-0.5"], ["--gpus-per-trial -0.5: must be 0 or more"]),
     (["search", "--space", "oracle", "--reevaluate", "0"], ["--reevaluate 0: must be a positive integer"]),
     (["search", "--space", "oracle", "--set", "reevaluate=maybe"], ["reevaluate: expected false, true or"]),
     (["resume", "never-ran"], ["experiment 'never-ran'"]),

@@ -57,7 +57,13 @@ def _common_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="experiment name (default: <space>-<timestamp>)")
     parser.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
-    parser.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
+    parser.add_argument("--num-cpus", "--num_cpus", dest="num_cpus", type=int,
+                        help="CPUs for the local Ray (default: all)")
+    parser.add_argument("--num-gpus", "--num_gpus", dest="num_gpus", type=float,
+                        help="GPUs the local Ray offers (default: those it finds; more declares logical GPUs)")
+    parser.add_argument("--gpu", metavar="IDS", help='GPUs the local Ray may see, e.g. "0,1" (CUDA_VISIBLE_DEVICES)')
+    parser.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs for each trial's trainer (default 1)")
+    parser.add_argument("--gpus-per-trial", type=float, metavar="F", help="GPUs per trial, fractions allowed (0.25)")
     parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
 
@@ -181,9 +187,22 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
     from tune_runner import paths
     from tune_runner.runner import RunOptions
 
+    for flag in ("num_gpus", "cpus_per_trial", "gpus_per_trial"):
+        value = getattr(args, flag, None)
+        if value is not None and not value >= 0:
+            raise UserError(f"--{flag.replace('_', '-')} {value}: must be 0 or more")
+    if getattr(args, "gpu", None) is not None:
+        ids = [part.strip() for part in args.gpu.split(",")]
+        if not all(part.isdigit() for part in ids):
+            raise UserError(f'--gpu {args.gpu}: expected GPU indices like "0" or "0,1"')
+        import os
+
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)  # before Ray starts: it offers only these
     return RunOptions(storage=args.storage or paths.default_storage(),
                       mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
-                      verbose=args.verbose, num_cpus=args.num_cpus, **extra)
+                      verbose=args.verbose, num_cpus=args.num_cpus, num_gpus=getattr(args, "num_gpus", None),
+                      cpus_per_trial=getattr(args, "cpus_per_trial", None),
+                      gpus_per_trial=getattr(args, "gpus_per_trial", None), **extra)
 
 
 def _positive(flag: str, value: int | None) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +47,7 @@ from tune_runner.audit import audit_result, node_id
 
 SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed",
             "fail_at", "fail_once", "nan_at", "sleep_s")
-TRIAL_KEYS = ("env", "env_config", "tune_rl_candidate")
+TRIAL_KEYS = ("env", "env_config", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial")
 STATE_FILE = "oracle.json"
 
 
@@ -142,7 +143,11 @@ class Oracle(tune.Trainable):
         if nan_at is not None and self.env_steps >= nan_at:
             result["policy_loss"] = math.nan
         check_finite(result)
-        return {**result, **audit_result(self.config, self.applied), "node_id": node_id()}
+        import ray
+
+        gpus = ",".join(str(g) for g in ray.get_gpu_ids()) if ray.is_initialized() else ""
+        return {**result, **audit_result(self.config, self.applied), "node_id": node_id(), "gpu_ids": gpus,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from tune_runner.own_trainable import write_atomically
@@ -161,6 +166,15 @@ class Oracle(tune.Trainable):
         self.config = new_config
         self.setup(new_config)
         return True
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """`cpus_per_trial` / `gpus_per_trial` from the config (1 CPU by default)."""
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+        from tune_runner.preflight import trainer_bundle
+
+        return PlacementGroupFactory([trainer_bundle(config)])
 
 
 class OracleStaleRestore(Oracle):

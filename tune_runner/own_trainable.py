@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from ray import tune
 
 # Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate")
+TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial")
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 
@@ -41,7 +41,8 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
 def setting_names(name: str) -> list[str]:
     """Every top-level key a space file may set for our `ppo` / `dqn`."""
     _, config_cls = learner_classes(name)
-    return [f.name for f in dataclasses.fields(config_cls)] + list(ALIASES) + ["num_env_runners"]
+    return [f.name for f in dataclasses.fields(config_cls)] + list(ALIASES) + ["num_env_runners", "cpus_per_trial",
+                                                                                "gpus_per_trial"]
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:
@@ -72,7 +73,12 @@ def trial_device() -> str:
 
     if not ray.is_initialized():  # a trainable built outside Ray (tests, notebooks)
         return "cpu"
-    return "cuda" if ray.get_gpu_ids() else "cpu"
+    if not ray.get_gpu_ids():
+        return "cpu"
+    import torch
+
+    # Ray can hand out logical GPUs (num_gpus declared on a node without one): then train on the CPU.
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def trial_threads() -> int:
@@ -80,7 +86,7 @@ def trial_threads() -> int:
     import ray
 
     try:
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1
     except Exception:  # noqa: BLE001 - outside a Ray worker (tests, `python -c`)
         cpus = 1
     return max(1, int(cpus))
@@ -125,7 +131,8 @@ class OwnTrainable(tune.Trainable):
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
         check_finite(result)
-        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id()}
+        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
+                "device": self.learner.device.type}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
@@ -170,8 +177,10 @@ class OwnTrainable(tune.Trainable):
         """One bundle for the trainer, one CPU bundle per rollout worker (the seeds' layout)."""
         from ray.tune.execution.placement_groups import PlacementGroupFactory
 
+        from tune_runner.preflight import trainer_bundle
+
         runners = int(config.get("num_env_runners", 0) or 0)
-        return PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners)
+        return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)
 
 
 def own_trainable_class(name: str) -> type[tune.Trainable]:

@@ -173,3 +173,33 @@ def check_register(spec: ExperimentSpec, name: str | None) -> None:
     if spec.trainable not in OWN:
         raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
                         f"a model (only {', '.join(OWN)}); drop --register-model")
+
+
+RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
+
+
+def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: float | None) -> ExperimentSpec:
+    """--cpus-per-trial / --gpus-per-trial into the spec: our trainables read `cpus_per_trial` and
+    `gpus_per_trial`; RLlib gets its own settings (the main process's CPUs, the learner's GPUs)."""
+    if cpus is None and gpus is None:
+        return spec
+    from tune_runner.trainables import ORACLES, OWN
+
+    fixed = dict(spec.fixed)
+    if spec.trainable in OWN or spec.trainable in ORACLES:
+        fixed.update({k: v for k, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)) if v is not None})
+    else:
+        if cpus is not None:
+            fixed["num_cpus_for_main_process"] = cpus
+        if gpus is not None:
+            fixed["num_gpus_per_learner"] = gpus
+    return replace(spec, fixed=fixed)
+
+
+def trainer_bundle(config: dict) -> dict[str, float]:
+    """The trial's own resource bundle from `cpus_per_trial` / `gpus_per_trial` (1 CPU, no GPU by default)."""
+    bundle = {"CPU": float(config.get("cpus_per_trial", 1) or 0)}
+    gpus = float(config.get("gpus_per_trial", 0) or 0)
+    if gpus:
+        bundle["GPU"] = gpus
+    return bundle

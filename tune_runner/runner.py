@@ -26,6 +26,7 @@ from tune_runner.preflight import (  # noqa: F401 - prepare and Prepared are par
     check_resources,
     check_storage,
     prepare,
+    with_trial_resources,
 )
 from tune_runner.spec import ExperimentSpec
 
@@ -49,6 +50,9 @@ class RunOptions:
     seeds: int | None = None
     resume: bool = False
     max_failures: int = MAX_FAILURES
+    num_gpus: float | None = None
+    cpus_per_trial: float | None = None
+    gpus_per_trial: float | None = None
     register_model: str | None = None
 
 
@@ -93,7 +97,7 @@ def quiet_logs(*, verbose: bool) -> None:
     warnings.filterwarnings("ignore", message=r".*TPESampler.*|.*CmaEsSampler.*|.*multivariate.*")
 
 
-def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
+def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None) -> None:
     """Start a local Ray (never join a running cluster by accident); reuse one already started."""
     os.environ.setdefault("RAY_enable_worker_prestart", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
@@ -108,7 +112,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool) -> None:
     from tune_runner import reaper
 
     os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=verbose,
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=verbose,
              logging_level=logging.INFO if verbose else logging.ERROR)
     import subprocess
 
@@ -129,7 +133,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     """Validate, launch, track, select the best trial and export it."""
     out = out or sys.stdout
     quiet_logs(verbose=options.verbose)
-    prepared = prepare(spec, storage=options.storage)
+    prepared = prepare(with_trial_resources(spec, cpus=options.cpus_per_trial, gpus=options.gpus_per_trial),
+                       storage=options.storage)
     spec = prepared.spec
     check_register(spec, options.register_model)
     mlflow_uri.check_uri(options.mlflow_uri)
@@ -141,7 +146,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
                         f"(or continue it: tune-rl resume {name})")
     started = time.monotonic()
     _header(spec, name, out)
-    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose)
+    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus)
     check_resources(spec, prepared)
     if not options.resume:
         exp_path.mkdir(parents=True)
