@@ -88,7 +88,10 @@ def test_each_scheduler_runs_on_the_oracle_counting_env_steps(scheduler, ray_ses
     result = cli("search", "--space", str(path), "--name", scheduler)
     assert result.status == 0, result.err
     trials = trials_of(_isolated_home, scheduler)
-    assert all(t.status == "TERMINATED" for t in trials), [t.status for t in trials]
+    # HyperBand-style schedulers may end the search with a trial paused in a bracket that never filled
+    ended = ("TERMINATED", "PAUSED") if scheduler in ("hyperband", "bohb") else ("TERMINATED",)
+    assert all(t.status in ended for t in trials), [t.status for t in trials]
+    assert "paused" not in result.out.split("\ntrials", 1)[1].splitlines()[0]  # counted as stopped early
     steps = [t.last_result["env_steps"] for t in trials]
     if scheduler == "fifo" or scheduler in ("pbt", "pb2"):
         assert all(s == 10000 for s in steps), steps
@@ -170,7 +173,8 @@ def test_pbt_on_rllib_ppo_exploits_and_the_audit_passes(ray_session, cli, _isola
     # RLlib restores a checkpoint's optimizer lr with its weights; without our re-apply the audit fails.
     fixed = {"num_env_runners": 0, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 400,
              "minibatch_size": 200, "num_epochs": 2, "seed": 0}
-    path = pbt_space(tmp_path / "p.yaml", trainable="rllib/PPO", fixed=fixed, budget=2400, interval=800,
+    # Many perturbation points: under load the second trial can start late, and PBT needs both scored.
+    path = pbt_space(tmp_path / "p.yaml", trainable="rllib/PPO", fixed=fixed, budget=4000, interval=800,
                      num_samples=2)
     result = cli("search", "--space", str(path), "--name", "pbt-rllib")
     assert_exploited_and_audited(result, trials_of(_isolated_home, "pbt-rllib"))

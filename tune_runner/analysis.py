@@ -118,6 +118,8 @@ def statuses(analysis: Any, *, ending: Callable[[dict], str]) -> Counter:
             counts["errored"] += 1
         elif trial.status == "TERMINATED":
             counts[ending(trial.last_result or {}).replace("_", " ")] += 1
+        elif trial.status == "PAUSED":  # HyperBand can end a search with a trial paused in an unfilled bracket
+            counts["stopped early"] += 1
         else:
             counts[trial.status.lower()] += 1
     return counts

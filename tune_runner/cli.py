@@ -57,6 +57,8 @@ def _common_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="experiment name (default: <space>-<timestamp>)")
     parser.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
+    parser.add_argument("--address", help="join this Ray cluster: auto, host:port or ray://host:10001 "
+                                           "(default: start a local Ray)")
     parser.add_argument("--num-cpus", "--num_cpus", dest="num_cpus", type=int,
                         help="CPUs for the local Ray (default: all)")
     parser.add_argument("--num-gpus", "--num_gpus", dest="num_gpus", type=float,
@@ -187,6 +189,14 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
     from tune_runner import paths
     from tune_runner.runner import RunOptions
 
+    address = getattr(args, "address", None)
+    if address is not None:
+        if not address.strip():
+            raise UserError("--address: empty; give auto, host:port or ray://host:10001")
+        for flag in ("num_cpus", "num_gpus"):
+            if getattr(args, flag, None) is not None:
+                raise UserError(f"--{flag.replace('_', '-')}: sizes a local Ray; a cluster joined with --address "
+                                f"{address} has its own size (use --cpus-per-trial/--gpus-per-trial)")
     for flag in ("num_gpus", "cpus_per_trial", "gpus_per_trial"):
         value = getattr(args, flag, None)
         if value is not None and not value >= 0:
@@ -202,7 +212,7 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
                       mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
                       verbose=args.verbose, num_cpus=args.num_cpus, num_gpus=getattr(args, "num_gpus", None),
                       cpus_per_trial=getattr(args, "cpus_per_trial", None),
-                      gpus_per_trial=getattr(args, "gpus_per_trial", None), **extra)
+                      gpus_per_trial=getattr(args, "gpus_per_trial", None), address=address, **extra)
 
 
 def _positive(flag: str, value: int | None) -> None:

@@ -53,6 +53,7 @@ class RunOptions:
     num_gpus: float | None = None
     cpus_per_trial: float | None = None
     gpus_per_trial: float | None = None
+    address: str | None = None
     register_model: str | None = None
 
 
@@ -97,28 +98,53 @@ def quiet_logs(*, verbose: bool) -> None:
     warnings.filterwarnings("ignore", message=r".*TPESampler.*|.*CmaEsSampler.*|.*multivariate.*")
 
 
-def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None) -> None:
-    """Start a local Ray (never join a running cluster by accident); reuse one already started."""
-    os.environ.setdefault("RAY_enable_worker_prestart", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0 the old engine prints nothing
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # we add CSV+JSON, not TensorBoard
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")  # experiment-state snapshots: at most 2 s old
+def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None,
+               address: str | None = None) -> None:
+    """Start a local Ray, or join the cluster at `address`; reuse a session already started.
+
+    A local Ray is never a running cluster joined by accident (address="local"). Joining one
+    ships our package to its workers through Ray's runtime environment, so workers that only
+    have Ray and our dependencies installed still run our trainables.
+    """
+    for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_DEDUP_LOGS", "0"),
+                       ("RAY_AIR_NEW_OUTPUT", "0"),  # with verbose=0 the old engine prints nothing
+                       ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1"),  # we add CSV+JSON, not TensorBoard
+                       ("TUNE_GLOBAL_CHECKPOINT_S", "2")):  # experiment-state snapshots at most 2 s old
+        os.environ.setdefault(key, value)
     import ray
 
     if ray.is_initialized():
         return
+    logs = {"log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}
+    if address:
+        _join(address, logs)
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
     from tune_runner import reaper
 
     os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
-    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=verbose,
-             logging_level=logging.INFO if verbose else logging.ERROR)
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **logs)
     import subprocess
 
     unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
     subprocess.Popen([sys.executable, "-m", "tune_runner.reaper", str(os.getpid())], start_new_session=True,
                      env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _join(address: str, logs: dict) -> None:
+    """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped."""
+    import ray
+
+    package = str(Path(__file__).resolve().parent)
+    try:
+        ray.init(address=address, runtime_env={"py_modules": [package]}, **logs)
+    except ImportError as exc:
+        raise UserError(f"--address {address}: Ray Client needs more packages ({exc}); "
+                        f"pip install 'tune-rl[cluster]'") from None
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(f"--address {address}: cannot join the Ray cluster "
+                        f"({str(exc).strip().splitlines()[0]}); check the address, or drop --address "
+                        f"for a local Ray") from None
 
 
 def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
@@ -146,8 +172,10 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
                         f"(or continue it: tune-rl resume {name})")
     started = time.monotonic()
     _header(spec, name, out)
-    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus)
+    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
+               address=options.address)
     check_resources(spec, prepared)
+    _note_storage(options, out)
     if not options.resume:
         exp_path.mkdir(parents=True)
         (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
@@ -206,6 +234,16 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
     return mlflow, exp_id, parent, callbacks, audit
 
 
+def _note_storage(options: RunOptions, out: TextIO) -> None:
+    """On a multi-node cluster a local results folder must be one every node reaches."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) > 1 and "://" not in str(options.storage):
+        print(f"  note: {len(nodes)} nodes; --storage {options.storage} is a local path, so every node must "
+              f"reach it (a shared folder), or use a URI like s3://bucket/results", file=out, flush=True)
+
+
 def _storage_flag(options: RunOptions) -> str:
     from tune_runner.paths import default_storage
 
@@ -240,8 +278,11 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
                                         max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
             run_config=run_config)
     tuner.fit()
-    ended = [t for t in analysis.load(storage / name).trials if t.status in ("TERMINATED", "ERROR")]
-    return max(0, spec.num_trials - len(ended))  # > 0 only when interrupted (trials not run or not ended)
+    # Interrupted: trials still RUNNING/PENDING in the saved state, or not created yet. (HyperBand may end a
+    # search with a trial PAUSED in a bracket that never filled; that one is over.)
+    trials = analysis.load(storage / name).trials
+    live = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))
+    return live + max(0, spec.num_trials - len(trials))
 
 
 def _checkpoints(spec: ExperimentSpec) -> bool:

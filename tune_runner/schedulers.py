@@ -177,6 +177,10 @@ def build_scheduler(component: Component, *, budget: int, where: str, space: tup
             if key in kwargs and key not in settings:
                 del kwargs[key]
     if scheduler.population:
+        if settings.get("synch"):
+            raise UserError(f"{where}: scheduler.synch: {kind}'s synchronous mode makes every trial wait at each "
+                            f"interval, and a trial that ends at its budget or stop_at never arrives (the search "
+                            f"hangs); remove synch")
         kwargs.update(population_settings(kind, settings, space=space, where=where, seed=seed))
     if scheduler.pauses:
         unit = kwargs.pop("min_t", 1)
