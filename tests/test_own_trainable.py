@@ -77,13 +77,18 @@ def test_resources_one_bundle_per_rollout_worker():
 def test_trial_device_follows_the_gpus_ray_assigned_fake_gpu(monkeypatch):
     # No GPU here or in CI: fake Ray's answer; the real check runs on a GPU machine.
     import ray
+    import torch
 
     from tune_runner.own_trainable import trial_device
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert trial_device() == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a logical GPU: Ray's, not torch's
+    assert trial_device() == "cpu"
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert trial_device() == "cpu"
 
 
