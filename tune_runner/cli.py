@@ -328,15 +328,10 @@ def cmd_schedulers(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import analysis, export
     from tune_runner.progress import fmt_config, fmt_value
-    from tune_runner.spec import build_spec, read_yaml
 
     analysis.parse_scope(args.scope)
     path = analysis.experiment_path(args.experiment, storage=args.storage)
-    spec_file = path / "tune_rl_spec.yaml"
-    if not spec_file.is_file():
-        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
-    raw = read_yaml(spec_file)
-    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
+    spec = _saved_spec(path)
     metric, mode = args.metric or spec.metric, args.mode or spec.mode
     _positive("--reevaluate", args.reevaluate)
     _positive("--seeds", args.seeds)
@@ -386,14 +381,9 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import analysis, html_report, mlflow_uri, paths
-    from tune_runner.spec import build_spec, read_yaml
 
     path = analysis.experiment_path(args.experiment, storage=args.storage)
-    spec_file = path / "tune_rl_spec.yaml"
-    if not spec_file.is_file():
-        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
-    raw = read_yaml(spec_file)
-    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
+    spec = _saved_spec(path)
     uri = args.mlflow_uri or paths.default_mlflow_uri()
     mlflow_uri.check_uri(uri)
     index = html_report.write(path, spec)
@@ -439,6 +429,17 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 def err_or_out(args: argparse.Namespace, out: TextIO) -> TextIO:
     """With --json, stdout carries only the JSON; other lines go to stderr."""
     return sys.stderr if args.json else out
+
+
+def _saved_spec(path: Path) -> Any:
+    """The spec a search saved beside its results (tune_rl_spec.yaml)."""
+    from tune_runner.spec import build_spec, read_yaml
+
+    spec_file = path / "tune_rl_spec.yaml"
+    if not spec_file.is_file():
+        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
+    raw = read_yaml(spec_file)
+    return build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
 
 
 def _spec_fields(raw: dict) -> dict:
