@@ -463,4 +463,12 @@ COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "sch
 
 def entry_point() -> None:
     """The `tune-rl` console script."""
-    sys.exit(main())
+    status = main()
+    if status == ExitStatus.INTERRUPTED:
+        # Interrupted and reported: another Ctrl-C while Ray's exit hooks run must not print
+        # their traceback. It leaves at once; the reaper stops what Ray had started.
+        import os
+        import signal
+
+        signal.signal(signal.SIGINT, lambda *_: os._exit(status))
+    sys.exit(status)
