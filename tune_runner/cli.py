@@ -66,11 +66,14 @@ def _common_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", metavar="IDS", help='GPUs the local Ray may see, e.g. "0,1" (CUDA_VISIBLE_DEVICES)')
     parser.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs for each trial's trainer (default 1)")
     parser.add_argument("--gpus-per-trial", type=float, metavar="F", help="GPUs per trial, fractions allowed (0.25)")
+    parser.add_argument("--plugins", action="append", default=[], metavar="PATH",
+                        help="a .py file or folder registering envs, models or agents (repeatable; "
+                             "./envs/ is read anyway)")
     parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line."""
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The whole command line (`train`'s options depend on the agent and model that argv names)."""
     parser = Parser(prog="tune-rl", description="Hyperparameter search for reinforcement learning on Ray Tune.")
     parser.add_argument("--version", action="version", version=f"tune-rl {__version__}")
     parser.add_argument("--traceback", action="store_true", help="show the full stack on errors")
@@ -138,10 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
     verify.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
-    train = sub.add_parser("train", help="one training run of an exported config (no search)")
-    train.add_argument("--config", required=True, type=Path, help="a file written by tune-rl best --export")
-    train.add_argument("--budget", type=int, help="env steps (default: the export's budget)")
-    _common_run_flags(train)
+    from tune_runner import train
+
+    train.add_parser(sub, argv, _common_run_flags)
 
     dash = sub.add_parser("dashboard", help="the MLflow UI on the store searches write to (Ctrl-C stops it)")
     dash.add_argument("--mlflow-uri", help="the store to show (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
@@ -163,7 +165,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         if not args.command:
             build_parser().print_help(out)
             return ExitStatus.BAD_INPUT
@@ -284,17 +286,9 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner import export, runner
-    from tune_runner.spec import parse_override
+    from tune_runner import train
 
-    _positive("--budget", args.budget)
-    _positive("--num-cpus", args.num_cpus)
-    overrides = dict(parse_override(item) for item in args.overrides)
-    spec = export.load(args.config, overrides=overrides)
-    if args.budget:
-        spec = spec.with_overrides(budget_env_steps=args.budget)
-    outcome = runner.run(spec, _run_options(args, export=False, reevaluate=False), out=out, suffix="train")
-    return outcome.exit_status
+    return train.command(args, out)
 
 
 def cmd_spaces(args: argparse.Namespace, out: TextIO) -> int:

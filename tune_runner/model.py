@@ -100,6 +100,9 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
         why = "the oracle has no policy" if trainable.startswith("oracle") else \
             f"only our ppo and dqn are exported, not {trainable}"
         return Logged(None, f"not logged ({why})")
+    if best.config.get("model", "mlp") != "mlp":
+        return Logged(None, f"not logged (the model is a registered {best.config['model']!r}, the logged "
+                            f"policy is our mlp; use tune-rl evaluate or load_policy on the checkpoint)")
     checkpoint = last_checkpoint(best.trial_path)
     if checkpoint is None:
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")

@@ -18,16 +18,17 @@ from typing import Any, ClassVar
 from ray import tune
 
 # Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial")
+TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
+              "gpus_per_trial")
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 
 
-def learner_classes(name: str) -> tuple[type, type]:
-    """(learner class, config class) for `ppo` or `dqn`."""
-    from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig
+def learner_classes(name: str) -> tuple[type, Any]:
+    """(learner class, config class with from_dict) of a registered agent: ours (`ppo`, `dqn`) or a user's."""
+    from tune_runner import agents
 
-    return {"ppo": (PPO, PPOConfig), "dqn": (DQN, DQNConfig)}[name]
+    return agents.agent_class(name), agents.config_class(name)
 
 
 def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -39,32 +40,50 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def setting_names(name: str) -> list[str]:
-    """Every top-level key a space file may set for our `ppo` / `dqn`."""
-    _, config_cls = learner_classes(name)
-    return [f.name for f in dataclasses.fields(config_cls)] + list(ALIASES) + ["num_env_runners", "cpus_per_trial",
-                                                                                "gpus_per_trial"]
+    """Every top-level key a space file may set for agent `name`."""
+    from tune_runner import agents
+
+    extras = ["cpus_per_trial", "gpus_per_trial"]
+    if not agents.is_ours(name):
+        return agents.config_class(name).names() + extras
+    return [f.name for f in dataclasses.fields(agents.config_class(name))] + list(ALIASES) + \
+        ["num_env_runners", *extras]
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:
     """The learner config's own validation, as one line (None when fine)."""
-    _, config_cls = learner_classes(name)
+    from tune_runner import agents
+
     try:
-        config_cls.from_dict(learner_settings(config))
+        learner_classes(name)[1].from_dict(learner_settings(config))
     except (ValueError, TypeError) as exc:
         return str(exc).strip().splitlines()[0]
     runners = config.get("num_env_runners", 0)
     if isinstance(runners, bool) or not isinstance(runners, int) or runners < 0:
         return f"num_env_runners must be a whole number >= 0, got {runners!r}"
+    if runners and not agents.is_ours(name):
+        return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
     return None
+
+
+def load_trial_plugins(config: dict[str, Any]) -> None:
+    """Import the plugin files the search named, in this (trial or rollout) process."""
+    plugins = config.get("tune_rl_plugins") or ()
+    if plugins:
+        from tune_runner.plugins import load_plugins
+
+        load_plugins(plugins)
 
 
 def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:
     """A learner for one trial config (rollout workers pass a seed offset)."""
-    learner_cls, config_cls = learner_classes(name)
-    settings = config_cls.from_dict(learner_settings(config))
+    from tune_runner import agents
+
+    load_trial_plugins(config)
+    settings = learner_settings(config)
     if seed_offset:
-        settings = dataclasses.replace(settings, seed=settings.seed + seed_offset)
-    return learner_cls(settings, env_id=config["env"], env_config=config.get("env_config") or {}, device=device)
+        settings["seed"] = int(settings.get("seed", 0)) + seed_offset
+    return agents.build(name, settings, env=config["env"], env_config=config.get("env_config") or {}, device=device)
 
 
 def trial_device() -> str:
@@ -131,8 +150,9 @@ class OwnTrainable(tune.Trainable):
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
         check_finite(result)
+        device = getattr(self.learner, "device", "cpu")
         return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
-                "device": self.learner.device.type}
+                "device": getattr(device, "type", str(device))}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
@@ -143,9 +163,10 @@ class OwnTrainable(tune.Trainable):
             if key not in self.config:
                 continue
             if key == "lr":
-                out[key] = self.learner.optimizer.lr
+                if hasattr(self.learner, "optimizer"):  # a user's agent may keep its lr elsewhere
+                    out[key] = self.learner.optimizer.lr
             else:
-                out[key] = getattr(self.learner.config, ALIASES.get(key, key), None)
+                out[key] = getattr(getattr(self.learner, "config", None), ALIASES.get(key, key), None)
         return out
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -170,7 +191,9 @@ class OwnTrainable(tune.Trainable):
     def cleanup(self) -> None:
         if self.runners is not None:
             self.runners.stop()
-        self.learner.close()
+        close = getattr(self.learner, "close", None)
+        if callable(close):
+            close()
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
@@ -184,8 +207,11 @@ class OwnTrainable(tune.Trainable):
 
 
 def own_trainable_class(name: str) -> type[tune.Trainable]:
-    """The Tune trainable for our `ppo` / `dqn` (named PPO/DQN like RLlib's, module-level)."""
-    return {"ppo": OwnPPO, "dqn": OwnDQN}[name]
+    """The Tune trainable for agent `name`: OwnPPO / OwnDQN for ours (module-level), a subclass for a user's."""
+    ours = {"ppo": OwnPPO, "dqn": OwnDQN}
+    if name in ours:
+        return ours[name]
+    return type(f"Agent_{name}", (OwnTrainable,), {"learner_name": name, "__module__": __name__})
 
 
 class OwnPPO(OwnTrainable):

@@ -40,10 +40,23 @@ def check_env(name: str, *, where: str) -> None:
     raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
 
 
+def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """Import the spec's plugin files and the `envs/` folder of the working directory; the spec then
+    lists every user file that registered something, so each trial imports the same ones."""
+    from tune_runner.plugins import load_plugins
+
+    try:
+        loaded = load_plugins(spec.plugins)
+    except UserError as exc:
+        raise UserError(f"{spec.source}: plugins: {exc}") from None
+    return replace(spec, plugins=tuple(dict.fromkeys([*spec.plugins, *map(str, loaded)])))
+
+
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
     from tune_runner import schedulers, searchers, trainables
 
+    spec = with_plugins(spec)
     where = spec.source
     try:
         trainable = trainables.resolve(spec.trainable)
@@ -183,10 +196,10 @@ def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: floa
     `gpus_per_trial`; RLlib gets its own settings (the main process's CPUs, the learner's GPUs)."""
     if cpus is None and gpus is None:
         return spec
-    from tune_runner.trainables import ORACLES, OWN
+    from tune_runner.trainables import ORACLES, is_own
 
     fixed = dict(spec.fixed)
-    if spec.trainable in OWN or spec.trainable in ORACLES:
+    if is_own(spec.trainable) or spec.trainable in ORACLES:
         fixed.update({k: v for k, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)) if v is not None})
     else:
         if cpus is not None:

@@ -21,7 +21,7 @@ from tune_runner.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
             "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "reevaluate", "fixed", "space",
-            "backends")
+            "backends", "plugins")
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -58,6 +58,8 @@ class ExperimentSpec:
     source_sha256: str = ""
     stop_at: float | None = None
     reevaluate: bool | dict = True
+    plugins: tuple[str, ...] = ()
+    """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
 
     def reached(self, result: dict) -> bool:
         """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
@@ -91,6 +93,8 @@ class ExperimentSpec:
         space = {"env": self.env, "env_config": copy.deepcopy(self.env_config)}
         space.update(copy.deepcopy(self.fixed))
         space.update({p.name: p.to_tune() for p in self.space})
+        if self.plugins:
+            space["tune_rl_plugins"] = list(self.plugins)
         return space
 
     def as_dict(self) -> dict:
@@ -103,7 +107,7 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "reevaluate": self.reevaluate, "fixed": self.fixed,
+            "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
             "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
                       for p in self.space},
         }
@@ -276,7 +280,17 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         fixed=fixed,
         space=space,
         reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
+        plugins=_plugin_paths(raw.get("plugins", []), where),
     )
+
+
+def _plugin_paths(value: Any, where: str) -> tuple[str, ...]:
+    """`plugins:` as absolute paths; relative ones are relative to the space file's folder."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise UserError(f"{where}: plugins: expected a list of .py files or folders, got {_short(value)}")
+    base = Path(where).parent if Path(where).is_file() else Path.cwd()
+    return tuple(str((base / Path(v).expanduser()).resolve()) for v in items)
 
 
 def _reevaluate_setting(value: Any, where: str) -> bool | dict:

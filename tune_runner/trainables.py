@@ -27,7 +27,7 @@ ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")
 # Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
 # Keys of our trial config that are not RLlib AlgorithmConfig attributes.
-ENV_KEYS = ("env", "env_config", "tune_rl_candidate")  # ours, not RLlib settings
+ENV_KEYS = ("env", "env_config", "tune_rl_candidate", "tune_rl_plugins")  # ours, not RLlib settings
 
 
 def rllib_algorithms() -> list[str]:
@@ -37,9 +37,19 @@ def rllib_algorithms() -> list[str]:
     return sorted(ALGORITHMS)
 
 
+def is_own(trainable: str) -> bool:
+    """Whether the trainable is an agent of ours or a user's registered one (run by OwnTrainable)."""
+    from tune_runner.plugins import AGENTS
+
+    return trainable in OWN or trainable in AGENTS
+
+
 def trainable_names() -> list[str]:
     """Every trainable name a space file may use."""
-    return [*OWN, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
+    from tune_runner.plugins import AGENTS
+
+    users = [name for name in AGENTS if name not in OWN]
+    return [*OWN, *users, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
 
 
 def algorithm_name(trainable: str) -> str:
@@ -58,7 +68,7 @@ def algorithm_name(trainable: str) -> str:
 
 def resolve(trainable: str) -> str:
     """Check a trainable name: `ppo`, `dqn` or `rllib/<ALGO>` (did-you-mean otherwise)."""
-    if trainable in OWN or trainable in ORACLES:
+    if is_own(trainable) or trainable in ORACLES:
         return trainable
     if trainable.lower() in OWN + ORACLES:
         raise UserError(f"unknown trainable {trainable!r}; did you mean {trainable.lower()!r}?")
@@ -92,7 +102,7 @@ def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]
     """(key, message) for every key that is not a setting of the trainable."""
     if trainable in ORACLES:
         return []  # any hyperparameter; check_config asks for its optimum
-    if trainable in OWN:
+    if is_own(trainable):
         from tune_runner.own_trainable import setting_names
 
         valid = setting_names(trainable)
@@ -113,7 +123,7 @@ def check_config(trainable: str, config: dict[str, Any]) -> str | None:
         from tune_runner.oracle import check_config as check_oracle
 
         return check_oracle(config)
-    if trainable in OWN:
+    if is_own(trainable):
         from tune_runner.own_trainable import check_config as check_own
 
         return check_own(trainable, config)
@@ -127,7 +137,7 @@ def trainable_class(trainable: str) -> type[tune.Trainable]:
 
         return {"oracle": oracle.Oracle, "oracle/stateless": oracle.stateless_oracle,
                 "oracle/stale-restore": oracle.OracleStaleRestore}[trainable]
-    if trainable in OWN:
+    if is_own(trainable):
         from tune_runner.own_trainable import own_trainable_class
 
         return own_trainable_class(trainable)
@@ -142,6 +152,7 @@ OWN_REPORTS = {
             "epsilon", "lr", "sps"),
 }
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
+USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares more with `reports = (...)`
 
 
 def reported(trainable: str) -> tuple[str, ...]:
@@ -150,6 +161,10 @@ def reported(trainable: str) -> tuple[str, ...]:
         return ORACLE_REPORTS
     if trainable in OWN:
         return OWN_REPORTS[trainable]
+    if is_own(trainable):
+        from tune_runner.plugins import AGENTS
+
+        return tuple(getattr(AGENTS.get(trainable), "reports", USER_REPORTS))
     return tuple(metrics.RLLIB_METRICS)
 
 
@@ -171,13 +186,14 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
 
     if trainable in ORACLES:
         return {k: v for k, v in config.items() if k not in ENV_KEYS}
-    if trainable in OWN:
+    if is_own(trainable):
         import dataclasses
 
         from tune_runner.own_trainable import learner_classes, learner_settings
 
         _, config_cls = learner_classes(trainable)
-        values = dataclasses.asdict(config_cls.from_dict(learner_settings(config)))
+        settings = config_cls.from_dict(learner_settings(config))
+        values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
     full = rllib_config(algorithm_name(trainable), config).to_dict()
@@ -186,6 +202,10 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
 
 def can_checkpoint(trainable: str) -> bool:
     """Whether the trainable saves and restores its state (PBT's exploit and resume need that)."""
+    if is_own(trainable) and trainable not in OWN:
+        from tune_runner import agents
+
+        return agents.checkpoints(trainable)
     cls = trainable_class(trainable)
     return isinstance(cls, type) and issubclass(cls, tune.Trainable) and \
         cls.save_checkpoint is not tune.Trainable.save_checkpoint
@@ -228,6 +248,9 @@ class RLlibTrainable(tune.Trainable):
     algo_name = "PPO"
 
     def setup(self, config: dict[str, Any]) -> None:
+        from tune_runner.own_trainable import load_trial_plugins
+
+        load_trial_plugins(config)  # a user's env registers itself with Tune (RLlib finds it there)
         self.algo = rllib_config(self.algo_name, config).build_algo()
         self._last: dict[str, float] = {}
 

@@ -38,6 +38,7 @@ from tune_runner.algos.common import (
     to_tensor,
 )
 from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
+from tune_runner.models import BUILT_IN, build_model, check_model
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class DQNConfig:
     """huber or mse."""
     metrics_num_episodes_for_smoothing: int = 100
     """Finished episodes that episode_return_mean averages over."""
+    model: str = "mlp"
+    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
     """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
     seed: int = 0
@@ -85,6 +90,8 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        object.__setattr__(self, "model_config", dict(self.model_config))
+        check_model(self.model, self.model_config)
         object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
         if not isinstance(self.epsilon, (int, float)):
             object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
@@ -155,6 +162,8 @@ class QNetwork(nn.Module):
 class DQN:
     """A DQN learner with its own vector env and replay buffer; no Ray inside."""
 
+    config_class = DQNConfig
+
     def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
@@ -163,8 +172,12 @@ class DQN:
         self.rngs = Rngs(config.seed)
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
             torch.manual_seed(config.seed)
-            self.q = QNetwork(obs_dim=env.obs_dim, num_actions=env.num_actions, hiddens=config.fcnet_hiddens,
-                              activation=config.fcnet_activation, dueling=config.dueling).to(self.device)
+            if config.model == BUILT_IN:
+                self.q = QNetwork(obs_dim=env.obs_dim, num_actions=env.num_actions, hiddens=config.fcnet_hiddens,
+                                  activation=config.fcnet_activation, dueling=config.dueling).to(self.device)
+            else:
+                self.q = build_model(config.model, num_inputs=env.obs_dim, num_outputs=env.num_actions,
+                                     model_config=config.model_config).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = FlatAdam(self.q.parameters(), lr=scheduled(config.lr, 0))
         self.buffer = ReplayBuffer(config.capacity, fields={

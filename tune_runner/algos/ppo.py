@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from tune_runner.algos.common import (
     state_dict_copy,
     to_tensor,
 )
+from tune_runner.models import BUILT_IN, build_model, check_model
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class PPOConfig:
     """Max global gradient norm; None disables."""
     metrics_num_episodes_for_smoothing: int = 100
     """Finished episodes that episode_return_mean averages over."""
+    model: str = "mlp"
+    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
     """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
     seed: int = 0
@@ -80,6 +85,8 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        object.__setattr__(self, "model_config", dict(self.model_config))
+        check_model(self.model, self.model_config)
         check_schedule(self, "lr")
         check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
@@ -163,6 +170,8 @@ def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
 class PPO:
     """A PPO learner with its own vector env; no Ray inside."""
 
+    config_class = PPOConfig
+
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
@@ -172,8 +181,12 @@ class PPO:
         sizes = [self.env.obs_dim, *config.fcnet_hiddens]
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
             torch.manual_seed(config.seed)
-            self.pi = init_layers(mlp([*sizes, self.env.num_actions], config.fcnet_activation), out_gain=0.01)
-            self.vf = init_layers(mlp([*sizes, 1], config.fcnet_activation), out_gain=1.0)
+            if config.model == BUILT_IN:
+                self.pi = init_layers(mlp([*sizes, self.env.num_actions], config.fcnet_activation), out_gain=0.01)
+                self.vf = init_layers(mlp([*sizes, 1], config.fcnet_activation), out_gain=1.0)
+            else:
+                self.pi, self.vf = (build_model(config.model, num_inputs=self.env.obs_dim, num_outputs=n,
+                                                model_config=config.model_config) for n in (self.env.num_actions, 1))
         self.pi.to(self.device)
         self.vf.to(self.device)
         self.optimizer = FlatAdam([*self.pi.parameters(), *self.vf.parameters()], lr=scheduled(config.lr, 0))
