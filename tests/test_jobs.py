@@ -66,8 +66,18 @@ def test_a_local_space_file_is_staged_and_the_flag_rewritten(tmp_path):
 
 
 def test_a_shipped_space_name_stays_a_name(tmp_path):
-    assert jobs.stage_files(["--space", "oracle"], tmp_path) == ["--space", "oracle"]
+    assert jobs.stage_files(["--space", "oracle", "--scheduler", "asha"], tmp_path) == ["--space", "oracle",
+                                                                                       "--scheduler", "asha"]
     assert not any(tmp_path.iterdir())
+
+
+def test_a_local_scheduler_file_travels_too(tmp_path):
+    preset = tmp_path / "mine.yaml"
+    preset.write_text((paths.shipped("schedulers") / "asha.yaml").read_text())
+    work = tmp_path / "work"
+    work.mkdir()
+    assert jobs.stage_files(["--scheduler", str(preset)], work) == ["--scheduler", "mine.yaml"]
+    assert (work / "mine.yaml").is_file()
 
 
 def test_plugin_files_and_folders_travel_module_names_do_not(tmp_path):
@@ -169,7 +179,7 @@ def test_dashboard_address_refused(given):
 
 
 def test_dashboard_address_default_from_the_environment(monkeypatch):
-    monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "")  # set but empty: as if unset
     monkeypatch.setenv("RAY_ADDRESS", "auto")  # a GCS address, not the dashboard: ignored
     assert jobs.dashboard_address(None) == jobs.DEFAULT_ADDRESS
     monkeypatch.setenv("RAY_ADDRESS", "http://head:8265")

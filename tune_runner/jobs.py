@@ -41,9 +41,8 @@ def dashboard_address(value: str | None) -> str:
     """--address as the dashboard's URL: host:port gets http://; by default $RAY_API_SERVER_ADDRESS, or
     $RAY_ADDRESS when it is an http(s) URL, else http://127.0.0.1:8265."""
     if value is None:
-        env = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS", "")
-        value = env if env.startswith(("http://", "https://")) or "RAY_API_SERVER_ADDRESS" in os.environ \
-            else DEFAULT_ADDRESS
+        api, ray_address = (os.environ.get(key, "").strip() for key in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"))
+        value = api or (ray_address if ray_address.startswith(("http://", "https://")) else DEFAULT_ADDRESS)
     value = value.strip().rstrip("/")
     if not value:
         raise UserError(f"--address: empty; give the Ray dashboard's URL, e.g. {DEFAULT_ADDRESS}")
@@ -90,9 +89,12 @@ def check_storage(value: str | None, *, shared_fs: bool) -> tuple[str | None, st
                     f"cluster; give an absolute path there (or ~/...), or a URI like s3://bucket/results")
 
 
+STAGED_FLAGS = ("--space", "--scheduler", "--plugins")  # flags whose value may be a file on this machine
+
+
 def stage_files(argv: list[str], folder: Path) -> list[str]:
-    """`argv` with a local --space YAML and --plugins paths copied into `folder` (the job's working_dir,
-    its current folder on the cluster) and rewritten to their names there."""
+    """`argv` with the local files its --space, --scheduler (a YAML) and --plugins name copied into `folder`
+    (the job's working_dir, its current folder on the cluster) and rewritten to their names there."""
     out: list[str] = []
     pending = None
     for token in argv:
@@ -100,10 +102,10 @@ def stage_files(argv: list[str], folder: Path) -> list[str]:
         if pending is not None:
             out.append(_staged(pending, token, folder))
             pending = None
-        elif flag in ("--space", "--plugins") and eq:
+        elif flag in STAGED_FLAGS and eq:
             out.append(f"{flag}={_staged(flag, inline, folder)}")
         else:
-            pending = token if token in ("--space", "--plugins") else None
+            pending = token if token in STAGED_FLAGS else None
             out.append(token)
     return out
 
@@ -112,7 +114,7 @@ def _staged(flag: str, value: str, folder: Path) -> str:
     if flag == "--plugins":
         return ",".join(_copy(part, root=folder, sub="plugins") if Path(part).expanduser().exists() else part
                         for part in value.split(","))
-    if not Path(value).expanduser().is_file():  # a shipped space's name: the cluster has it
+    if not Path(value).expanduser().is_file():  # a shipped name: the cluster has it
         return value
     return _copy(value, root=folder)
 
