@@ -115,6 +115,8 @@ def _jobs_address(parser: argparse.ArgumentParser) -> None:
 def _submit_parser(sub: Any) -> None:
     submit = sub.add_parser("submit", help="send a search to a Ray cluster as a job and return at once")
     search_flags(submit, storage=str)  # a path on the cluster: nothing to resolve here
+    submit._option_string_actions["--mlflow-uri"].help = ("the MLflow store as the cluster sees it (required), "
+                                                          "e.g. http://mlflow:5000")
     _jobs_address(submit)
     submit.add_argument("--job-id", metavar="ID", help="the job's submission id (default: one Ray makes up)")
     wait = submit.add_mutually_exclusive_group()
@@ -123,7 +125,8 @@ def _submit_parser(sub: Any) -> None:
                                                           "succeeded, else 1")
     submit.add_argument("--shared-fs", action="store_true",
                         help="the cluster's nodes see this machine's files (a cluster on this machine, or a shared "
-                             "mount): allows a sqlite:/// or file: --mlflow-uri")
+                             "mount): allows a sqlite:/// or file: --mlflow-uri and resolves a relative --storage "
+                             "here")
     for flag in ("--num-cpus", "--num-gpus", "--gpu"):  # taken only to be refused in one clear line
         submit.add_argument(flag, help=argparse.SUPPRESS)
     submit.set_defaults(wait=False)
