@@ -40,11 +40,15 @@ def parse_scope(scope: str) -> int | None:
     return int(match.group(1))
 
 
-def experiment_path(ref: str, *, storage: Path | None = None) -> Path:
-    """An experiment folder from a path or a name under the storage folder."""
+def experiment_path(ref: str, *, storage: Path | str | None = None, command: str = "best") -> Path:
+    """An experiment folder from a path or a name under the storage folder (a local one: `command` names
+    what refuses a URI storage)."""
+    from tune_runner.storage import local_only
+
     candidate = Path(ref).expanduser()
     if candidate.is_dir():
         return candidate.resolve()
+    local_only(storage, command=command)
     root = storage or paths.default_storage()
     if (root / ref).is_dir():
         return (root / ref).resolve()

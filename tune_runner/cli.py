@@ -47,16 +47,32 @@ def _all_flags(parser: argparse.ArgumentParser) -> list[str]:
     return sorted(set(flags))
 
 
-def _storage(value: str) -> Path:
-    return Path(value).expanduser().resolve()
+def _storage(value: str) -> Any:
+    from tune_runner.storage import parse
+
+    return parse(value)
 
 
-def _common_run_flags(parser: argparse.ArgumentParser) -> None:
+STORAGE_HELP = "results folder or URI (s3://bucket/results, gs://..., file://...) (default: $TUNE_RL_HOME/results)"
+
+
+def _run_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) -> None:
+    """Flags of any run: overrides, names, where results and tracking go, trial resources."""
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a fixed value, the budget (budget=50000) or env_config.KEY; repeatable")
     parser.add_argument("--name", help="experiment name (default: <space>-<timestamp>)")
-    parser.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    parser.add_argument("--storage", type=storage, help=STORAGE_HELP)
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
+    parser.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs for each trial's trainer (default 1)")
+    parser.add_argument("--gpus-per-trial", type=float, metavar="F", help="GPUs per trial, fractions allowed (0.25)")
+    parser.add_argument("--plugins", action="append", default=[], metavar="PATH",
+                        help="a .py file or folder registering envs, models or agents (repeatable; "
+                             "./envs/ is read anyway)")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
+
+
+def _ray_flags(parser: argparse.ArgumentParser) -> None:
+    """Which Ray runs it: a local one (sized here) or a cluster joined with --address."""
     parser.add_argument("--address", help="join this Ray cluster: auto, host:port or ray://host:10001 "
                                            "(default: start a local Ray)")
     parser.add_argument("--num-cpus", "--num_cpus", dest="num_cpus", type=int,
@@ -64,12 +80,70 @@ def _common_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-gpus", "--num_gpus", dest="num_gpus", type=float,
                         help="GPUs the local Ray offers (default: those it finds; more declares logical GPUs)")
     parser.add_argument("--gpu", metavar="IDS", help='GPUs the local Ray may see, e.g. "0,1" (CUDA_VISIBLE_DEVICES)')
-    parser.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs for each trial's trainer (default 1)")
-    parser.add_argument("--gpus-per-trial", type=float, metavar="F", help="GPUs per trial, fractions allowed (0.25)")
-    parser.add_argument("--plugins", action="append", default=[], metavar="PATH",
-                        help="a .py file or folder registering envs, models or agents (repeatable; "
-                             "./envs/ is read anyway)")
-    parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
+
+
+def _common_run_flags(parser: argparse.ArgumentParser) -> None:
+    _run_flags(parser)
+    _ray_flags(parser)
+
+
+def search_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) -> None:
+    """The flags of `tune-rl search`, less those choosing its Ray; `tune-rl submit` takes the same and
+    sends them on (a flag added here travels with a submitted search)."""
+    parser.add_argument("--space", help="a shipped space name (tune-rl spaces list) or a YAML path (required)")
+    parser.add_argument("--resume", metavar="NAME", help="continue the interrupted search NAME (= tune-rl resume NAME)")
+    parser.add_argument("--max-failures", type=int, metavar="N",
+                        help="retries of a failing trial, from its newest checkpoint (default 2)")
+    parser.add_argument("--num-samples", type=int, help="number of trials")
+    parser.add_argument("--searcher", "--search-alg", dest="searcher",
+                        help="search algorithm: random, grid, optuna, hyperopt, bohb")
+    parser.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
+    parser.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
+    parser.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
+    parser.add_argument("--no-reevaluate", action="store_true",
+                        help="skip re-training the top configs on fresh seeds at the end")
+    parser.add_argument("--reevaluate", type=int, metavar="K", help="re-train the top K configs (default 2)")
+    parser.add_argument("--seeds", type=int, metavar="N", help="... on N fresh seeds each (default 3)")
+    parser.add_argument("--register-model", metavar="NAME",
+                        help="register the best trial's policy in the MLflow model registry as NAME (ppo, dqn)")
+    _run_flags(parser, storage=storage)
+
+
+def _jobs_address(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", help="the Ray dashboard's URL, e.g. http://127.0.0.1:8265 (default: "
+                                           "$RAY_API_SERVER_ADDRESS, or $RAY_ADDRESS if it is http(s)://, "
+                                           "else http://127.0.0.1:8265)")
+
+
+def _submit_parser(sub: Any) -> None:
+    submit = sub.add_parser("submit", help="send a search to a Ray cluster as a job and return at once")
+    search_flags(submit, storage=str)  # a path on the cluster: nothing to resolve here
+    submit._option_string_actions["--mlflow-uri"].help = ("the MLflow store as the cluster sees it (required), "
+                                                          "e.g. http://mlflow:5000")
+    _jobs_address(submit)
+    submit.add_argument("--job-id", metavar="ID", help="the job's submission id (default: one Ray makes up)")
+    wait = submit.add_mutually_exclusive_group()
+    wait.add_argument("--no-wait", dest="wait", action="store_false", help="return once submitted (the default)")
+    wait.add_argument("--wait", action="store_true", help="follow the job's log until it ends; exit 0 if it "
+                                                          "succeeded, else 1")
+    submit.add_argument("--shared-fs", action="store_true",
+                        help="the cluster's nodes see this machine's files (a cluster on this machine, or a shared "
+                             "mount): allows a sqlite:/// or file: --mlflow-uri and resolves a relative --storage "
+                             "here")
+    for flag in ("--num-cpus", "--num-gpus", "--gpu"):  # taken only to be refused in one clear line
+        submit.add_argument(flag, help=argparse.SUPPRESS)
+    submit.set_defaults(wait=False)
+
+    jobs = sub.add_parser("jobs", help="list, follow or stop submitted jobs")
+    jobs_sub = jobs.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
+    _jobs_address(jobs_sub.add_parser("list", help="one line per job: id, status, start, command"))
+    logs = jobs_sub.add_parser("logs", help="a job's output so far (--follow: until it ends)")
+    logs.add_argument("job_id", metavar="ID", help="the job's submission id (tune-rl jobs list)")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    _jobs_address(logs)
+    stop = jobs_sub.add_parser("stop", help="stop a running job")
+    stop.add_argument("job_id", metavar="ID", help="the job's submission id (tune-rl jobs list)")
+    _jobs_address(stop)
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -80,23 +154,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     search = sub.add_parser("search", help="run a search over a space")
-    search.add_argument("--space", help="a shipped space name (tune-rl spaces list) or a YAML path (required)")
-    search.add_argument("--resume", metavar="NAME", help="continue the interrupted search NAME (= tune-rl resume NAME)")
-    search.add_argument("--max-failures", type=int, metavar="N",
-                        help="retries of a failing trial, from its newest checkpoint (default 2)")
-    search.add_argument("--num-samples", type=int, help="number of trials")
-    search.add_argument("--searcher", "--search-alg", dest="searcher",
-                        help="search algorithm: random, grid, optuna, hyperopt, bohb")
-    search.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
-    search.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
-    search.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
-    search.add_argument("--no-reevaluate", action="store_true",
-                        help="skip re-training the top configs on fresh seeds at the end")
-    search.add_argument("--reevaluate", type=int, metavar="K", help="re-train the top K configs (default 2)")
-    search.add_argument("--seeds", type=int, metavar="N", help="... on N fresh seeds each (default 3)")
-    search.add_argument("--register-model", metavar="NAME",
-                        help="register the best trial's policy in the MLflow model registry as NAME (ppo, dqn)")
-    _common_run_flags(search)
+    search_flags(search)
+    _ray_flags(search)
+    _submit_parser(sub)
 
     spaces = sub.add_parser("spaces", help="list or show the shipped search spaces")
     spaces_sub = spaces.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
@@ -115,7 +175,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     best.add_argument("--scope", default="last", help="last | max | avg-last-N (default: last)")
     best.add_argument("--export", type=Path, metavar="FILE", help="write the best config bundle to FILE (YAML)")
     best.add_argument("--json", action="store_true", help="print the best config as JSON on stdout")
-    best.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    best.add_argument("--storage", type=_storage, help=STORAGE_HELP)
     best.add_argument("--reevaluate", type=int, metavar="K",
                       help="re-train the top K configs on fresh seeds and pick the best interquartile mean")
     best.add_argument("--seeds", type=int, metavar="N", help="seeds per re-trained config (default 3)")
@@ -123,13 +183,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="write an HTML report of an experiment (plots, importances, top configs)")
     rep.add_argument("experiment", help="an experiment name (under --storage) or folder path")
-    rep.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    rep.add_argument("--storage", type=_storage, help=STORAGE_HELP)
     rep.add_argument("--mlflow-uri", help="also log it to the search's MLflow parent run in this store "
                                           "(default: the local store)")
 
     resume = sub.add_parser("resume", help="continue an interrupted search where it stopped")
     resume.add_argument("name", help="the experiment's name (under --storage) or its folder")
-    resume.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    resume.add_argument("--storage", type=_storage, help=STORAGE_HELP)
     resume.add_argument("--mlflow-uri", help="tracking URI (default: the local store)")
     resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
     resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
@@ -137,7 +197,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="re-train an exported config and check its IQM lands in the bundle's CI")
     verify.add_argument("bundle", type=Path, help="a file written by tune-rl best --export (after a re-evaluation)")
     verify.add_argument("--seeds", type=int, default=3, metavar="N", help="fresh seeds to train on (default 3)")
-    verify.add_argument("--storage", type=_storage, help="results folder (default: $TUNE_RL_HOME/results)")
+    verify.add_argument("--storage", type=_storage, help=STORAGE_HELP)
     verify.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
     verify.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
@@ -228,7 +288,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
 
     _positive("--num-cpus", args.num_cpus)
     storage = args.storage or paths.default_storage()
-    path = analysis.experiment_path(args.name, storage=storage)
+    path = analysis.experiment_path(args.name, storage=storage, command="resume")
     spec_file = path / "tune_rl_spec.yaml"
     if not spec_file.is_file():
         raise UserError(f"resume {args.name}: {path} is not a tune-rl search (no tune_rl_spec.yaml)")
@@ -245,18 +305,16 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return runner.run(spec, options, out=out).exit_status
 
 
-def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner import runner
+def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:
+    """The space of a search (or submit) with its flags applied, checked; None for a --resume."""
     from tune_runner.spec import Component, load_spec
 
     if args.resume:
-        args.name = args.resume
-        return cmd_resume(argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
-                                             num_cpus=args.num_cpus, verbose=args.verbose), out)
+        return None
     if not args.space:
-        raise UserError("search: the following arguments are required: --space (or --resume NAME)")
-    for flag in ("num_samples", "max_concurrent", "num_cpus"):
-        _positive("--" + flag.replace("_", "-"), getattr(args, flag))
+        raise UserError(f"{command}: the following arguments are required: --space (or --resume NAME)")
+    for flag in ("num_samples", "max_concurrent", "num_cpus", "reevaluate", "seeds"):
+        _positive("--" + flag.replace("_", "-"), getattr(args, flag, None))
     if args.max_failures is not None and args.max_failures < 0:
         raise UserError(f"--max-failures {args.max_failures}: must be 0 or more")
     spec = load_spec(args.space, overrides=args.overrides)
@@ -272,9 +330,19 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
         changes["searcher"] = Component(args.searcher, kept)
     if args.scheduler:
         changes["scheduler"] = Component(args.scheduler)
-    spec = spec.with_overrides(**changes)
-    _positive("--reevaluate", args.reevaluate)
-    _positive("--seeds", args.seeds)
+    if args.plugins:
+        changes["plugins"] = spec.plugins + tuple(str(Path(p).expanduser().resolve()) for p in args.plugins)
+    return spec.with_overrides(**changes)
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import runner
+
+    if args.resume:
+        args.name = args.resume
+        return cmd_resume(argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
+                                             num_cpus=args.num_cpus, verbose=args.verbose), out)
+    spec = _search_spec(args)
     extra: dict[str, Any] = {}
     if args.max_failures is not None:
         extra["max_failures"] = args.max_failures
@@ -376,7 +444,7 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import analysis, html_report, mlflow_uri, paths
 
-    path = analysis.experiment_path(args.experiment, storage=args.storage)
+    path = analysis.experiment_path(args.experiment, storage=args.storage, command="report")
     spec = _saved_spec(path)
     uri = args.mlflow_uri or paths.default_mlflow_uri()
     mlflow_uri.check_uri(uri)
@@ -450,9 +518,76 @@ def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
     return dashboard.serve(server, out=out, verbose=args.verbose)
 
 
+def search_argv(args: argparse.Namespace) -> list[str]:
+    """The `tune-rl search` flags that `args` holds, written out again (what a submitted job runs)."""
+    flags = Parser(add_help=False)
+    search_flags(flags, storage=str)
+    argv: list[str] = []
+    for action in flags._actions:
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            argv += [part for item in value for part in (flag, str(item))]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def cmd_submit(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import jobs
+
+    address = jobs.dashboard_address(args.address)
+    for flag in ("num_cpus", "num_gpus", "gpu"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag.replace('_', '-')}: sizes a local Ray; a submitted search runs on the "
+                            f"cluster, which has its own size (use --cpus-per-trial/--gpus-per-trial)")
+    _search_spec(args, command="submit")  # bad input answered here, not in the job's log
+    mlflow = jobs.check_mlflow_uri(args.mlflow_uri, shared_fs=args.shared_fs)
+    args.storage, results = jobs.check_storage(args.storage, shared_fs=args.shared_fs)
+    for flag in ("cpus_per_trial", "gpus_per_trial"):
+        if getattr(args, flag) is not None and not getattr(args, flag) >= 0:
+            raise UserError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be 0 or more")
+    job_id = jobs.submit(address=address, search_argv=search_argv(args), job_id=args.job_id)
+    flag = f" --address {address}"
+    print(f"submitted  {job_id}  to {address}", file=out)
+    print(results, file=out)
+    print(mlflow, file=out)
+    print(f"follow     tune-rl jobs logs {job_id} --follow{flag}", file=out)
+    print(f"stop       tune-rl jobs stop {job_id}{flag}", file=out, flush=True)
+    if not args.wait:
+        return ExitStatus.OK
+    final = jobs.logs(address=address, job_id=job_id, out=out, follow=True)
+    print(f"job        {job_id} {final}", file=out, flush=True)
+    return ExitStatus.OK if final == "SUCCEEDED" else ExitStatus.ERROR
+
+
+def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import jobs
+
+    address = jobs.dashboard_address(args.address)
+    if args.action == "list":
+        found = jobs.list_jobs(address)
+        if not found:
+            print(f"no jobs at {address} yet (tune-rl submit sends one)", file=out)
+        width = max((len(j.job_id) for j in found), default=0)
+        for job in found:
+            print(job.line(width=width), file=out)
+    elif args.action == "logs":
+        jobs.logs(address=address, job_id=args.job_id, out=out, follow=args.follow)
+    elif jobs.stop(address, args.job_id):
+        print(f"stopping   {args.job_id}", file=out)
+    else:
+        print(f"{args.job_id} is not running ({jobs.status(address, args.job_id)}); nothing to stop", file=out)
+    return ExitStatus.OK
+
+
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
             "best": cmd_best, "verify": cmd_verify, "report": cmd_report, "resume": cmd_resume,
-            "dashboard": cmd_dashboard}
+            "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs}
 
 
 def entry_point() -> None:

@@ -9,9 +9,14 @@ Everything a run writes goes under TUNE_RL_HOME (default ~/.tune-rl):
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+SHIPPED = ("search_spaces", "schedulers", "envs")
 
 
 def shipped(folder: str) -> Path:
@@ -23,6 +28,33 @@ def shipped(folder: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"tune-rl is installed without its {folder}/ folder")
+
+
+@contextmanager
+def package_for_cluster() -> Iterator[Path]:
+    """The `tune_runner` folder to put in a Ray runtime env's `py_modules`, with the shipped folders inside.
+
+    Ray zips a py_modules folder with the folder itself at the top and puts the unpacked copy on the
+    workers' PYTHONPATH, so only what is inside it travels. A wheel has the shipped folders inside
+    already; a source checkout has them beside the package, so this stages a temporary copy (named
+    `tune_runner`) with them inside, where `shipped()` looks first. Ray uploads on ray.init or
+    submit_job; the copy is removed when the block ends.
+    """
+    beside = [name for name in SHIPPED if not (_PACKAGE / name).is_dir()]
+    if not beside:
+        yield _PACKAGE
+        return
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    with tempfile.TemporaryDirectory(prefix="tune-rl-package-") as tmp:
+        staged = Path(tmp) / _PACKAGE.name
+        shutil.copytree(_PACKAGE, staged, ignore=skip)
+        for name in beside:
+            # schedulers/ holds data beside the module schedulers.py: as a package (with __init__.py) it
+            # would shadow the module on import; as a plain folder it is data only.
+            clash = (staged / f"{name}.py").is_file()
+            shutil.copytree(shipped(name), staged / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *(["__init__.py"] if clash else [])))
+        yield staged
 
 
 def home() -> Path:

@@ -165,8 +165,14 @@ def _num(value: float) -> str:
     return f"{value:g}"
 
 
-def check_storage(storage: Path) -> None:
-    """The results folder must exist or be creatable, and be writable, before anything starts."""
+def check_storage(storage: Path | str) -> None:
+    """The results folder must exist or be creatable, and be writable, before anything starts.
+    A URI (tune_runner.storage) must at least open and answer."""
+    from tune_runner import storage as results
+
+    if results.is_uri(storage):
+        results.exists(str(storage))
+        return
     probe = storage
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import yaml
 from ray.tune import Stopper
 
-from tune_runner import analysis, export, mlflow_uri, tracking
+from tune_runner import analysis, export, mlflow_uri, storage, tracking
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
@@ -39,7 +39,7 @@ FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its 
 class RunOptions:
     """What the command line adds to a spec: where results go and how loud to be."""
 
-    storage: Path
+    storage: storage.Storage  # a folder, or a URI (tune_runner.storage)
     mlflow_uri: str
     name: str | None = None
     export: bool = True
@@ -104,7 +104,8 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
 
     A local Ray is never a running cluster joined by accident (address="local"). Joining one
     ships our package to its workers through Ray's runtime environment, so workers that only
-    have Ray and our dependencies installed still run our trainables.
+    have Ray and our dependencies installed still run our trainables. Inside a Ray job
+    (tune-rl submit) the search joins the job's cluster.
     """
     for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_DEDUP_LOGS", "0"),
                        ("RAY_AIR_NEW_OUTPUT", "0"),  # with verbose=0 the old engine prints nothing
@@ -116,8 +117,10 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     if ray.is_initialized():
         return
     logs = {"log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}
-    if address:
-        _join(address, logs)
+    from tune_runner.jobs import inside_job
+
+    if address or inside_job():
+        _join(address or "auto", logs)
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
     from tune_runner import reaper
@@ -132,12 +135,22 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
 
 
 def _join(address: str, logs: dict) -> None:
-    """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped."""
+    """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped.
+
+    A Ray job's driver has it already: the job's runtime env (tune-rl submit) applies to everything
+    the job starts, and Ray refuses a ray.init that sets py_modules again.
+    """
     import ray
 
-    package = str(Path(__file__).resolve().parent)
+    from tune_runner.jobs import inside_job
+    from tune_runner.paths import package_for_cluster
+
     try:
-        ray.init(address=address, runtime_env={"py_modules": [package]}, **logs)
+        if inside_job():
+            ray.init(address=address, **logs)
+            return
+        with package_for_cluster() as package:  # uploaded by ray.init; the staged copy can go after
+            ray.init(address=address, runtime_env={"py_modules": [str(package)]}, **logs)
     except ImportError as exc:
         raise UserError(f"--address {address}: Ray Client needs more packages ({exc}); "
                         f"pip install 'tune-rl[cluster]'") from None
@@ -145,6 +158,23 @@ def _join(address: str, logs: dict) -> None:
         raise UserError(f"--address {address}: cannot join the Ray cluster "
                         f"({str(exc).strip().splitlines()[0]}); check the address, or drop --address "
                         f"for a local Ray") from None
+
+
+def local_folder(where: storage.Storage, name: str) -> Path:
+    """The experiment's folder on this machine: under a local --storage, or for a URI the copy that
+    selection, export and the report work in (TUNE_RL_HOME/results/<name>)."""
+    from tune_runner.paths import default_storage
+
+    return default_storage() / name if storage.is_uri(where) else Path(where) / name
+
+
+def _check_new(where: storage.Storage, name: str, exp_path: Path) -> None:
+    """A new search must not write into an existing experiment (here, or at a --storage URI)."""
+    target = storage.join(where, name)
+    taken = exp_path if exp_path.exists() else target if storage.is_uri(target) and storage.exists(target) else None
+    if taken is not None:
+        raise UserError(f"--name {name}: {taken} exists already; choose another name "
+                        f"(or continue it: tune-rl resume {name})")
 
 
 def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
@@ -166,10 +196,9 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     mlflow_uri.check_uri(options.mlflow_uri)
     check_storage(options.storage)
     name = experiment_name(spec, options, suffix=suffix)
-    exp_path = options.storage / name
-    if exp_path.exists() and not options.resume:
-        raise UserError(f"--name {name}: {exp_path} exists already; choose another name "
-                        f"(or continue it: tune-rl resume {name})")
+    exp_path = local_folder(options.storage, name)
+    if not options.resume:
+        _check_new(options.storage, name, exp_path)
     started = time.monotonic()
     _header(spec, name, out)
     ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
@@ -183,7 +212,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
                                                          out=out)
     status = "FAILED"
     try:
-        unfinished = _fit(spec, prepared, name=name, storage=options.storage, callbacks=callbacks,
+        unfinished = _fit(spec, prepared, name=name, where=options.storage, local=exp_path, callbacks=callbacks,
                           resume=options.resume, max_failures=options.max_failures)
         if unfinished:
             status = "KILLED"
@@ -195,6 +224,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         _log_outcome(mlflow, parent, spec, outcome)
         policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
         (exp_path / FINISHED_MARK).write_text(json.dumps({"status": status.lower(), "counts": dict(outcome.counts)}))
+        if storage.is_uri(options.storage):  # best.yaml, the report and our marks join Tune's files there
+            storage.upload(exp_path, storage.join(options.storage, name))
     except KeyboardInterrupt:
         status = "KILLED"
         print(f"\ninterrupted at once; continue with: tune-rl resume {name}{_storage_flag(options)}", file=out,
@@ -250,14 +281,15 @@ def _storage_flag(options: RunOptions) -> str:
     return "" if options.storage == default_storage() else f" --storage {options.storage}"
 
 
-def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, callbacks: list,
-         resume: bool = False, max_failures: int = MAX_FAILURES) -> int:
-    """Run (or continue) the Tune experiment; the number of trials left unfinished (interrupted)."""
+def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.Storage, local: Path,
+         callbacks: list, resume: bool = False, max_failures: int = MAX_FAILURES) -> int:
+    """Run (or continue) the Tune experiment; the number of trials left unfinished (interrupted).
+
+    With a URI storage, the experiment is then fetched into `local` for what follows."""
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-
     run_config = tune.RunConfig(
-        name=name, storage_path=str(storage), stop=BudgetStopper(spec),
+        name=name, storage_path=str(where), stop=BudgetStopper(spec),
         callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
                                                 checkpoint_frequency=CHECKPOINT_EVERY
@@ -265,7 +297,7 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
                                                 checkpoint_at_end=_checkpoints(spec)),
         failure_config=tune.FailureConfig(max_failures=max_failures))
     if resume:
-        tuner = tune.Tuner.restore(str(storage / name), trainable=prepared.trainable, resume_unfinished=True,
+        tuner = tune.Tuner.restore(str(storage.join(where, name)), trainable=prepared.trainable, resume_unfinished=True,
                                    resume_errored=True, param_space=spec.param_space())
         # The restored run config holds the callbacks pickled at the start; ours must be the live ones.
         tuner._local_tuner._run_config = run_config
@@ -280,7 +312,9 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, storage: Path, 
     tuner.fit()
     # Interrupted: trials still RUNNING/PENDING in the saved state, or not created yet. (HyperBand may end a
     # search with a trial PAUSED in a bracket that never filled; that one is over.)
-    trials = analysis.load(storage / name).trials
+    if storage.is_uri(where):
+        storage.download(storage.join(where, name), local)
+    trials = analysis.load(local).trials
     live = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))
     return live + max(0, spec.num_trials - len(trials))
 
@@ -460,7 +494,9 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
 
         for i, line in enumerate(describe(outcome.verdict, metric=spec.metric)):
             print(f"{'robust' if i == 0 else '':<10} {line}", file=out)
-    print(f"results    {outcome.experiment_path}", file=out)
+    where = storage.join(options.storage, outcome.experiment_path.name)
+    print(f"results    {where}" + (f"  (local copy: {outcome.experiment_path})" if storage.is_uri(where) else ""),
+          file=out)
     print(f"mlflow     {mlflow_uri.redacted(options.mlflow_uri)}  (experiment {spec.name}, run {mlflow_run}; "
           f"{_where_to_look(options.mlflow_uri)})", file=out)
     print(f"model      {model.note}", file=out)

@@ -188,7 +188,7 @@ def warm_start_points(settings: dict, params: tuple[Param, ...], *, where: str, 
     from tune_runner import analysis
 
     try:
-        loaded = analysis.load(analysis.experiment_path(str(ref), storage=storage))
+        loaded = analysis.load(analysis.experiment_path(str(ref), storage=storage, command="search"))
     except UserError as exc:
         raise UserError(f"{where}: searcher.warm_start: {exc}") from None
     configs = analysis.top_configs(loaded, metric=metric, mode=mode, k=top, keys=tuple(p.name for p in params))
