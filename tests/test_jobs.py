@@ -270,7 +270,7 @@ def test_submit_sends_the_search_with_its_files_and_prints_the_next_commands(cli
     assert shlex.split(sent["entrypoint"]) == ["python", "-m", "tune_runner", "search", "--space", "tiny.yaml",
                                                "--num-samples", "2", "--mlflow-uri", "http://mlflow:5000"]
     assert sent["submission_id"] == "raysubmit_abc"
-    assert {"search_spaces", "schedulers", "envs", "cli.py"} <= set(sent["seen"]["package"])
+    assert {"search_spaces", "scheduler_presets", "envs", "cli.py"} <= set(sent["seen"]["package"])
     assert sent["seen"]["work"] == ["tiny.yaml"]
     lines = result.out.splitlines()
     assert lines[0] == "submitted  raysubmit_abc  to http://head:8265"

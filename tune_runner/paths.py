@@ -17,14 +17,16 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
 SHIPPED = ("search_spaces", "schedulers", "envs")
+# Their names inside the package: schedulers/ would shadow the module schedulers.py there.
+IN_PACKAGE = {"search_spaces": "search_spaces", "schedulers": "scheduler_presets", "envs": "envs"}
 
 
 def shipped(folder: str) -> Path:
     """A shipped data folder (`search_spaces`, `schedulers`, `envs`).
 
-    In a wheel they sit inside the package; in a source checkout beside it.
+    In a wheel they sit inside the package (schedulers/ as scheduler_presets/); in a source checkout beside it.
     """
-    for candidate in (_PACKAGE / folder, _PACKAGE.parent / folder):
+    for candidate in (_PACKAGE / IN_PACKAGE[folder], _PACKAGE.parent / folder):
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"tune-rl is installed without its {folder}/ folder")
@@ -40,7 +42,7 @@ def package_for_cluster() -> Iterator[Path]:
     `tune_runner`) with them inside, where `shipped()` looks first. Ray uploads on ray.init or
     submit_job; the copy is removed when the block ends.
     """
-    beside = [name for name in SHIPPED if not (_PACKAGE / name).is_dir()]
+    beside = [name for name in SHIPPED if not (_PACKAGE / IN_PACKAGE[name]).is_dir()]
     if not beside:
         yield _PACKAGE
         return
@@ -49,11 +51,7 @@ def package_for_cluster() -> Iterator[Path]:
         staged = Path(tmp) / _PACKAGE.name
         shutil.copytree(_PACKAGE, staged, ignore=skip)
         for name in beside:
-            # schedulers/ holds data beside the module schedulers.py: as a package (with __init__.py) it
-            # would shadow the module on import; as a plain folder it is data only.
-            clash = (staged / f"{name}.py").is_file()
-            shutil.copytree(shipped(name), staged / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *(["__init__.py"] if clash else [])))
+            shutil.copytree(shipped(name), staged / IN_PACKAGE[name], ignore=skip)
         yield staged
 
 
