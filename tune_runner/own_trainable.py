@@ -69,10 +69,16 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
 def load_trial_plugins(config: dict[str, Any]) -> None:
     """Import the plugin files the search named, in this (trial or rollout) process."""
     plugins = config.get("tune_rl_plugins") or ()
-    if plugins:
+    shipped = [p.partition(":")[2] for p in plugins if p.startswith("module:")]  # to a joined cluster
+    for module in shipped:
+        import importlib
+
+        importlib.import_module(module)
+    paths = [p for p in plugins if not p.startswith("module:")]
+    if paths:
         from tune_runner.plugins import load_plugins
 
-        load_plugins(plugins)
+        load_plugins(paths)
 
 
 def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:

@@ -6,11 +6,15 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -99,7 +103,7 @@ def quiet_logs(*, verbose: bool) -> None:
 
 
 def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None,
-               address: str | None = None) -> None:
+               address: str | None = None, plugins: Sequence[str] = ()) -> None:
     """Start a local Ray, or join the cluster at `address`; reuse a session already started.
 
     A local Ray is never a running cluster joined by accident (address="local"). Joining one
@@ -120,7 +124,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     from tune_runner.jobs import inside_job
 
     if address or inside_job():
-        _join(address or "auto", logs)
+        _join(address or "auto", logs, plugins=plugins)
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
     from tune_runner import reaper
@@ -134,7 +138,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
                      env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _join(address: str, logs: dict) -> None:
+def _join(address: str, logs: dict, *, plugins: Sequence[str] = ()) -> None:
     """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped.
 
     A Ray job's driver has it already: the job's runtime env (tune-rl submit) applies to everything
@@ -149,8 +153,11 @@ def _join(address: str, logs: dict) -> None:
         if inside_job():
             ray.init(address=address, **logs)
             return
-        with package_for_cluster() as package:  # uploaded by ray.init; the staged copy can go after
-            ray.init(address=address, runtime_env={"py_modules": [str(package)]}, **logs)
+        with package_for_cluster() as package, tempfile.TemporaryDirectory(prefix="tune-rl-plugins-") as tmp:
+            modules = [str(package)]  # uploaded by ray.init; the staged copies can go after
+            if plugins:
+                modules.append(str(stage_plugins(plugins, Path(tmp))))
+            ray.init(address=address, runtime_env={"py_modules": modules}, **logs)
     except ImportError as exc:
         raise UserError(f"--address {address}: Ray Client needs more packages ({exc}); "
                         f"pip install 'tune-rl[cluster]'") from None
@@ -158,6 +165,28 @@ def _join(address: str, logs: dict) -> None:
         raise UserError(f"--address {address}: cannot join the Ray cluster "
                         f"({str(exc).strip().splitlines()[0]}); check the address, or drop --address "
                         f"for a local Ray") from None
+
+
+SHIPPED_PLUGINS = "tune_rl_user_plugins"  # the package a joined cluster's workers import user plugins from
+_shipped: dict[str, str] = {}  # plugin path on this machine -> its module reference on the cluster
+
+
+def stage_plugins(plugins: Sequence[str], tmp: Path) -> Path:
+    """The user's plugin files copied into a package for a runtime env's py_modules (workers may not see
+    this machine's files); remembers each file's module there, which the trials import instead."""
+    package = tmp / SHIPPED_PLUGINS
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for n, path in enumerate(plugins):
+        module = f"p{n}_{re.sub(r'[^0-9a-zA-Z_]', '_', Path(path).stem)}"
+        shutil.copy2(path, package / f"{module}.py")
+        _shipped[path] = f"module:{SHIPPED_PLUGINS}.{module}"
+    return package
+
+
+def trial_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec as trials see it: plugins shipped to a joined cluster are imported from there."""
+    return replace(spec, plugins=tuple(_shipped.get(p, p) for p in spec.plugins))
 
 
 def local_folder(where: storage.Storage, name: str) -> Path:
@@ -202,7 +231,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     started = time.monotonic()
     _header(spec, name, out)
     ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
-               address=options.address)
+               address=options.address, plugins=spec.plugins)
     check_resources(spec, prepared)
     _note_storage(options, out)
     if not options.resume:
@@ -212,8 +241,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
                                                          out=out)
     status = "FAILED"
     try:
-        unfinished = _fit(spec, prepared, name=name, where=options.storage, local=exp_path, callbacks=callbacks,
-                          resume=options.resume, max_failures=options.max_failures)
+        unfinished = _fit(trial_plugins(spec), prepared, name=name, where=options.storage, local=exp_path,
+                          callbacks=callbacks, resume=options.resume, max_failures=options.max_failures)
         if unfinished:
             status = "KILLED"
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"

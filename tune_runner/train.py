@@ -92,9 +92,12 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
         for flag, kwargs in agent_flags(agent):
             if flag not in taken:
                 group.add_argument(flag, dest=f"agent:{flag[2:]}", default=argparse.SUPPRESS, **kwargs)
-        if model and model in MODELS:
+                taken.add(flag)
+        if model and model in MODELS and model != models.BUILT_IN:  # mlp: the agent's fcnet_* size it
             group = parser.add_argument_group(f"options of model {model} (model_config)")
             for action in models.options(MODELS.get(model), prog=model).values():
+                if set(action.option_strings) & taken:
+                    continue  # the agent's flag of that name wins; model_config.<name> via --set
                 group.add_argument(*action.option_strings, dest=f"model:{action.dest}", type=action.type,
                                    nargs=action.nargs, choices=action.choices, help=action.help,
                                    default=argparse.SUPPRESS)

@@ -1,0 +1,80 @@
+"""`tune-rl train`'s seed-000 flags parsed and mapped onto a one-trial spec (no Ray, no training)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from tune_runner import train
+from tune_runner.cli import build_parser
+from tune_runner.errors import UserError
+
+SEED_FLAGS = ["train", "--env_name", "CartPole-v1", "--agent_name", "ppo", "--model_name", "mlp",
+              "--num_envs_per_worker", "3", "--num_workers", "3", "--gpu", "0,1,2", "--num_gpus", "3",
+              "--num_cpus", "8", "--batch_size", "10"]
+
+
+def spec_of(argv: list[str]):
+    args = build_parser(argv).parse_args(argv)
+    out = io.StringIO()
+    return args, train.spec_from_flags(args, out), out.getvalue()
+
+
+def test_seed_000s_command_line_maps_onto_our_settings():
+    args, spec, _ = spec_of(SEED_FLAGS)
+    assert (spec.trainable, spec.env, spec.num_samples, spec.space) == ("ppo", "CartPole-v1", 1, ())
+    assert spec.fixed == {"num_envs_per_env_runner": 3, "num_env_runners": 3, "train_batch_size": 10, "model": "mlp"}
+    assert (args.gpu, args.num_gpus, args.num_cpus) == ("0,1,2", 3.0, 8)  # the local Ray's size, not trial settings
+    assert spec.budget_env_steps == train.DEFAULT_BUDGET and spec.reevaluate is False
+
+
+def test_dashed_spellings_and_rllib_batch_name():
+    _, spec, _ = spec_of(["train", "--env-name", "CartPole-v1", "--agent-name", "rllib/PPO", "--batch-size", "400",
+                          "--num-workers", "1", "--budget", "2000", "--seed", "4"])
+    assert spec.trainable == "rllib/PPO" and spec.budget_env_steps == 2000
+    assert spec.fixed == {"train_batch_size_per_learner": 400, "num_env_runners": 1, "seed": 4}
+
+
+def test_the_agents_own_options_are_flags_typed_from_its_config():
+    _, spec, _ = spec_of(["train", "--env_name", "CartPole-v1", "--agent_name", "dqn", "--lr", "1e-4",
+                          "--double_q", "false", "--fcnet_hiddens", "[32, 32]", "--epsilon", "[[0, 1.0], [500, 0.1]]"])
+    assert spec.fixed == {"lr": 1e-4, "double_q": False, "fcnet_hiddens": [32, 32],
+                          "epsilon": [[0, 1.0], [500, 0.1]]}
+
+
+def test_train_help_lists_the_seed_flags_and_the_chosen_agents_options():
+    parser = build_parser(["train", "--agent_name", "dqn"])
+    train_parser = parser._subparsers._group_actions[0].choices["train"]
+    text = train_parser.format_help()
+    for flag in ("--env_name", "--agent_name", "--model_name", "--num_envs_per_worker", "--num_workers", "--gpu",
+                 "--num_gpus", "--num_cpus", "--batch_size", "--plugins"):
+        assert flag in text, flag
+    assert "options of agent dqn" in text and "--target_network_update_freq" in text
+    assert "Env steps between copies of the Q network" in text  # the config field's docstring is the help
+    assert "options of agent ppo" in build_parser(["train"])._subparsers._group_actions[0].choices["train"] \
+        .format_help()
+
+
+def test_seed_usage_model_name_ppo_reads_as_the_agent():
+    _, spec, out = spec_of(["train", "--env_name", "CartPole-v1", "--agent_name", "default_agent",
+                            "--model_name", "dqn"])
+    assert spec.trainable == "dqn" and "model" not in spec.fixed
+    assert "--model_name dqn names a learning rule" in out
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["train", "--agent_name", "ppo"], "give --env_name ENV"),
+    (["train", "--env_name", "CartPole-v1", "--model_name", "mlpp"], "--model_name mlpp: unknown model 'mlpp'; "
+                                                                     "did you mean 'mlp'?"),
+])
+def test_bad_train_flags_are_one_line(argv, expected):
+    args = build_parser(argv).parse_args(argv)
+    with pytest.raises(UserError, match=expected.replace("?", r"\?").replace("(", r"\(")):
+        train.spec_from_flags(args, io.StringIO())
+
+
+def test_an_unknown_option_of_the_agent_is_refused_with_the_closest_flag():
+    argv = ["train", "--env_name", "CartPole-v1", "--agent_name", "dqn", "--target_network_update_frq", "5"]
+    with pytest.raises(UserError, match="did you mean --target_network_update_freq"):
+        build_parser(argv).parse_args(argv)
