@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import pickle
 import re
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 from tune_runner import tune_rl_policy
-from tune_runner.own_trainable import CHECKPOINT_FILE, learner_classes, learner_settings
+from tune_runner.own_trainable import learner_classes, learner_settings, read_checkpoint
 from tune_runner.trainables import OWN
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
@@ -77,8 +76,7 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
-    with open(checkpoint / CHECKPOINT_FILE, "rb") as f:
-        state = pickle.load(f)["learner"]  # noqa: S301 - our own checkpoint, written by OwnTrainable
+    state = read_checkpoint(checkpoint)["learner"]
     sizes, layers, activation = policy_layers(learner, state, config)
     return tune_rl_policy.save(folder, sizes=sizes, activation=activation, state=layers,
                                about={"learner": learner, "env": config.get("env"),

@@ -109,6 +109,12 @@ def write_atomically(path: Path, data: bytes) -> None:
                                  f"free disk space or point --storage elsewhere") from None
 
 
+def read_checkpoint(folder: Path) -> dict[str, Any]:
+    """What `OwnTrainable.save_checkpoint` wrote into `folder`: {"learner": state, "runners": state or None}."""
+    with open(folder / CHECKPOINT_FILE, "rb") as f:
+        return pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
+
+
 class OwnTrainable(tune.Trainable):
     """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer)."""
 
@@ -154,8 +160,7 @@ class OwnTrainable(tune.Trainable):
         write_atomically(Path(checkpoint_dir) / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     def load_checkpoint(self, checkpoint: str) -> None:
-        with open(Path(checkpoint) / CHECKPOINT_FILE, "rb") as f:
-            state = pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
+        state = read_checkpoint(Path(checkpoint))
         self.learner.set_state(state["learner"])
         if self.runners is not None and state.get("runners") is not None:
             self.runners.set_state(state["runners"])
