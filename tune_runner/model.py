@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 import sys
 import tempfile
 import warnings
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from tune_runner import tune_rl_policy
+from tune_runner.analysis import last_checkpoint
 from tune_runner.own_trainable import learner_classes, learner_settings, read_checkpoint
 from tune_runner.trainables import OWN
 
@@ -38,13 +38,6 @@ class Logged:
     uri: str | None
     note: str
     version: str | None = None
-
-
-def last_checkpoint(trial_path: str | Path) -> Path | None:
-    """The trial's newest `checkpoint_NNNNNN` folder (Ray numbers them in order), or None."""
-    found = [(int(m.group(1)), p) for p in Path(trial_path).glob("checkpoint_*")
-             if p.is_dir() and (m := re.fullmatch(r"checkpoint_(\d+)", p.name))]
-    return max(found)[1] if found else None
 
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
