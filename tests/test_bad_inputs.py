@@ -87,6 +87,18 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["dashboard", "--port", "70000"], ["--port 70000: must be between 1 and 65535"]),
     (["dashboard", "--host", "0.0.0.0", "--allowed-hosts", "*"],
      ["--allowed-hosts '*': list the names clients use"]),
+    (["evaluate"], ["the following arguments are required: path"]),
+    (["evaluate", "missing/checkpoint_000001"],
+     ["missing/checkpoint_000001: no such file or folder; expected a checkpoint folder (learner.pkl"]),
+    (["evaluate", str(HERE / "bad_inputs")], [f"{HERE / 'bad_inputs'}: not a policy; expected a checkpoint folder"]),
+    (["evaluate", str(HERE / "bad_inputs" / "bad_mode.yaml")], ["bad_mode.yaml: not a best-config bundle"]),
+    (["evaluate", "ckpt", "--episodes", "0"], ["--episodes 0: must be a positive integer"]),
+    (["evaluate", "ckpt", "--seed", "-1"], ["--seed -1: must be 0 or more"]),
+    (["evaluate", "ckpt", "--video", "out.mp4"], ["--video out.mp4: needs frames to write; add --render rgb_array"]),
+    (["evaluate", "ckpt", "--render", "rgb_array"], ["--render rgb_array: the frames go nowhere; add --video"]),
+    (["evaluate", "ckpt", "--render", "ascii"], ["--render ascii: expected one of rgb_array, human"]),
+    (["evaluate", "ckpt", "--render", "rgb_array", "--video", "/no/such/folder/out.mp4"],
+     ["--video /no/such/folder/out.mp4: "]),
 ])
 def test_bad_flags(argv, fragments, cli, _isolated_home):
     result = cli(*argv)
