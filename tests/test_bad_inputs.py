@@ -107,6 +107,18 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["submit", "--mlflow-uri", "http://mlflow:5000"], ["submit: the following arguments are required: --space"]),
     (["jobs", "logs"], ["the following arguments are required: ID"]),
     (["jobs", "lst"], ["invalid choice: 'lst'"]),
+    (["evaluate"], ["the following arguments are required: path"]),
+    (["evaluate", "missing/checkpoint_000001"],
+     ["missing/checkpoint_000001: no such file or folder; expected a checkpoint folder (learner.pkl"]),
+    (["evaluate", str(HERE / "bad_inputs")], [f"{HERE / 'bad_inputs'}: not a policy; expected a checkpoint folder"]),
+    (["evaluate", str(HERE / "bad_inputs" / "bad_mode.yaml")], ["bad_mode.yaml: not a best-config bundle"]),
+    (["evaluate", "ckpt", "--episodes", "0"], ["--episodes 0: must be a positive integer"]),
+    (["evaluate", "ckpt", "--seed", "-1"], ["--seed -1: must be 0 or more"]),
+    (["evaluate", "ckpt", "--video", "out.mp4"], ["--video out.mp4: needs frames to write; add --render rgb_array"]),
+    (["evaluate", "ckpt", "--render", "rgb_array"], ["--render rgb_array: the frames go nowhere; add --video"]),
+    (["evaluate", "ckpt", "--render", "ascii"], ["--render ascii: expected one of rgb_array, human"]),
+    (["evaluate", "ckpt", "--render", "rgb_array", "--video", "/no/such/folder/out.mp4"],
+     ["--video /no/such/folder/out.mp4: "]),
 ])
 def test_bad_flags(argv, fragments, cli, _isolated_home):
     result = cli(*argv)

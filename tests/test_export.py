@@ -34,6 +34,19 @@ def test_round_trip_gives_the_same_resolved_config(tmp_path):
     assert again.param_space() == best.config  # the trial config Tune gets is exactly the best one
 
 
+def test_bundle_names_the_best_trials_newest_checkpoint(tmp_path):
+    spec = load_spec("ppo_small")
+    best = _best(spec)
+    assert export.bundle(spec, best, experiment="e")["checkpoint"] is None  # /x holds no checkpoint
+    trial = tmp_path / "trial"
+    for index in (2, 10, 9):
+        (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
+    best = Best(**{**best.__dict__, "trial_path": str(trial)})
+    path = export.write(export.bundle(spec, best, experiment="e"), tmp_path / "b.yaml")
+    assert yaml.safe_load(path.read_text())["checkpoint"] == str((trial / "checkpoint_000010").resolve())
+    assert export.load(path).fixed["lr"] == 0.00123  # the new key does not trouble the loader
+
+
 def test_load_applies_overrides(tmp_path):
     spec = load_spec("ppo_small")
     path = export.write(export.bundle(spec, _best(spec), experiment="e"), tmp_path / "b.yaml")

@@ -101,5 +101,27 @@ def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
         def get_assigned_resources(self):
             return {"CPU": 3.0}
 
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
     assert trial_threads() == 3
+
+
+def test_outside_ray_the_trainable_starts_no_ray(monkeypatch):
+    # ray.get_runtime_context() starts a local Ray when none runs: a trainable built in a test must not ask it.
+    import ray
+
+    from tune_runner.audit import node_id
+    from tune_runner.own_trainable import trial_threads
+
+    if ray.is_initialized():
+        pytest.skip("an end-to-end test's Ray runs in this session")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("ray.init called")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    assert trial_threads() == 1 and node_id() == ""
+    trainable = OwnPPO(config=dict(PPO_CONFIG))
+    assert trainable.train()["node_id"] == ""
+    trainable.stop()
+    assert not ray.is_initialized()

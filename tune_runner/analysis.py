@@ -30,6 +30,13 @@ class Best:
     trial_path: str
 
 
+def last_checkpoint(trial_path: str | Path) -> Path | None:
+    """The trial's newest `checkpoint_NNNNNN` folder (Ray numbers them in order), or None."""
+    found = [(int(m.group(1)), p) for p in Path(trial_path).glob("checkpoint_*")
+             if p.is_dir() and (m := re.fullmatch(r"checkpoint_(\d+)", p.name))]
+    return max(found)[1] if found else None
+
+
 def parse_scope(scope: str) -> int | None:
     """None for `last` and `max`; N for `avg-last-N`. Anything else is a UserError."""
     if scope in ("last", "max"):

@@ -1,4 +1,4 @@
-"""`tune-rl`: search, spaces, schedulers, best, train, dashboard.
+"""`tune-rl`: search, spaces, schedulers, best, train, evaluate, dashboard.
 
 Heavy imports (Ray, RLlib, MLflow) happen inside the command that needs them, so
 `tune-rl --help` and bad-input errors answer at once.
@@ -204,6 +204,16 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     from tune_runner import train
 
     train.add_parser(sub, argv, _common_run_flags)
+
+    ev = sub.add_parser("evaluate", help="run a trained policy deterministically and print its mean return")
+    ev.add_argument("path", help="a checkpoint folder (ours or RLlib's), a trial folder (its newest checkpoint) "
+                                 "or a bundle from tune-rl best --export")
+    ev.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)")
+    ev.add_argument("--seed", type=int, default=0, metavar="S", help="episode i resets the env with seed S+i "
+                                                                      "(default 0)")
+    ev.add_argument("--render", metavar="MODE", help="rgb_array (frames for --video) or human (a window)")
+    ev.add_argument("--video", type=Path, metavar="FILE",
+                    help="write every frame to FILE (.mp4) with --render rgb_array; needs tune-rl[video]")
 
     dash = sub.add_parser("dashboard", help="the MLflow UI on the store searches write to (Ctrl-C stops it)")
     dash.add_argument("--mlflow-uri", help="the store to show (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
@@ -488,6 +498,24 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return ExitStatus.OK if inside else ExitStatus.ERROR
 
 
+def cmd_evaluate(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import evaluate
+    from tune_runner.policy import load_policy
+
+    options = {"episodes": args.episodes, "seed": args.seed, "render": args.render, "video": args.video}
+    evaluate.check_options(**options)  # before loading: RLlib's import alone takes seconds
+    import torch
+
+    torch.set_num_threads(1)  # one observation at a time: more threads only wait on each other
+    policy = load_policy(args.path)
+    print(f"policy     {policy.kind}  {policy.checkpoint}", file=out)
+    result = evaluate.evaluate(policy, **options, progress=out)
+    print(f"evaluate   {evaluate.summary(result, env_id=policy.env_id, seed=args.seed)}", file=out)
+    if result.video is not None:
+        print(f"video      {result.video}  ({result.frames} frames)", file=out)
+    return ExitStatus.OK
+
+
 def err_or_out(args: argparse.Namespace, out: TextIO) -> TextIO:
     """With --json, stdout carries only the JSON; other lines go to stderr."""
     return sys.stderr if args.json else out
@@ -587,7 +615,7 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
 
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
             "best": cmd_best, "verify": cmd_verify, "report": cmd_report, "resume": cmd_resume,
-            "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs}
+            "evaluate": cmd_evaluate, "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs}
 
 
 def entry_point() -> None:

@@ -13,14 +13,16 @@ from tune_runner.spec import Component, ExperimentSpec, budget_steps, number_set
 
 FORMAT = 1
 KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
-        "stop_at", "config", "resolved", "seeds", "evaluation", "result", "source", "versions")
+        "stop_at", "config", "resolved", "seeds", "evaluation", "result", "source", "checkpoint", "versions")
 ENV_KEYS = ("env", "env_config", "tune_rl_candidate")
 
 
 def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None) -> dict[str, Any]:
     """The exported mapping, standing on its own: what to run (trainable, env, the config and every
     value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
-    re-evaluated), and where it came from (space file and hash, experiment, trial, versions, commit)."""
+    re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
+    for `tune-rl evaluate`, versions, commit)."""
+    from tune_runner.analysis import last_checkpoint
     from tune_runner.trainables import resolved_config
 
     config = {k: v for k, v in best.config.items() if k not in ENV_KEYS}
@@ -58,6 +60,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         "result": _plain({**result, "score": best.value, "scope": best.scope}),
         "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
                    "space_file": spec.source, "space_sha256": spec.source_sha256},
+        "checkpoint": str(checkpoint.resolve()) if (checkpoint := last_checkpoint(best.trial_path)) else None,
         "versions": versions(),
     }
 

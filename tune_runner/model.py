@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import pickle
-import re
 import sys
 import tempfile
 import warnings
@@ -25,7 +23,8 @@ import numpy as np
 import torch
 
 from tune_runner import tune_rl_policy
-from tune_runner.own_trainable import CHECKPOINT_FILE, learner_classes, learner_settings
+from tune_runner.analysis import last_checkpoint
+from tune_runner.own_trainable import learner_classes, learner_settings, read_checkpoint
 from tune_runner.trainables import OWN
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
@@ -39,13 +38,6 @@ class Logged:
     uri: str | None
     note: str
     version: str | None = None
-
-
-def last_checkpoint(trial_path: str | Path) -> Path | None:
-    """The trial's newest `checkpoint_NNNNNN` folder (Ray numbers them in order), or None."""
-    found = [(int(m.group(1)), p) for p in Path(trial_path).glob("checkpoint_*")
-             if p.is_dir() and (m := re.fullmatch(r"checkpoint_(\d+)", p.name))]
-    return max(found)[1] if found else None
 
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
@@ -77,8 +69,7 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
-    with open(checkpoint / CHECKPOINT_FILE, "rb") as f:
-        state = pickle.load(f)["learner"]  # noqa: S301 - our own checkpoint, written by OwnTrainable
+    state = read_checkpoint(checkpoint)["learner"]
     sizes, layers, activation = policy_layers(learner, state, config)
     return tune_rl_policy.save(folder, sizes=sizes, activation=activation, state=layers,
                                about={"learner": learner, "env": config.get("env"),

@@ -110,9 +110,11 @@ def trial_threads() -> int:
     """Torch threads = the CPUs Ray assigned to this trial's process (at least 1)."""
     import ray
 
+    if not ray.is_initialized():  # a trainable built outside Ray: get_runtime_context would start one
+        return 1
     try:
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1
-    except Exception:  # noqa: BLE001 - outside a Ray worker (tests, `python -c`)
+    except Exception:  # noqa: BLE001 - a driver rather than a Ray worker
         cpus = 1
     return max(1, int(cpus))
 
@@ -132,6 +134,12 @@ def write_atomically(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise OSError(exc.errno, f"checkpoint not written to {path.parent} ({exc.strerror}); "
                                  f"free disk space or point --storage elsewhere") from None
+
+
+def read_checkpoint(folder: Path) -> dict[str, Any]:
+    """What `OwnTrainable.save_checkpoint` wrote into `folder`: {"learner": state, "runners": state or None}."""
+    with open(folder / CHECKPOINT_FILE, "rb") as f:
+        return pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
 
 
 class OwnTrainable(tune.Trainable):
@@ -181,8 +189,7 @@ class OwnTrainable(tune.Trainable):
         write_atomically(Path(checkpoint_dir) / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
     def load_checkpoint(self, checkpoint: str) -> None:
-        with open(Path(checkpoint) / CHECKPOINT_FILE, "rb") as f:
-            state = pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
+        state = read_checkpoint(Path(checkpoint))
         self.learner.set_state(state["learner"])
         if self.runners is not None and state.get("runners") is not None:
             self.runners.set_state(state["runners"])
