@@ -197,6 +197,9 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
         raise UserError(f"{params}: unreadable trial config ({exc}); it should be Tune's params.json") from None
     if not isinstance(config, dict) or not isinstance(config.get("env"), str):
         raise UserError(f"{params}: env: missing; a trial config names its gymnasium env")
+    from tune_runner.own_trainable import load_trial_plugins
+
+    load_trial_plugins(config)  # the user's env (and agent, model) register themselves again here
     return config
 
 
@@ -211,10 +214,52 @@ def _own(checkpoint: Path) -> OwnPolicy:
         state = read_checkpoint(checkpoint)["learner"]
     except (OSError, pickle.UnpicklingError, EOFError, KeyError) as exc:
         raise UserError(f"{checkpoint}: learner.pkl unreadable ({type(exc).__name__}: {exc})") from None
-    learner = "ppo" if "pi" in state else "dqn"
+    learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
+    if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
+        return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
     return OwnPolicy(net, obs_dim=obs_dim, env_id=config["env"], env_config=config.get("env_config") or {},
                      kind=learner, checkpoint=checkpoint)
+
+
+class LearnerPolicy(Policy):
+    """A whole learner restored from its checkpoint, acting greedily: a user's agent, or ours with a
+    registered model (their networks are the user's code, so the learner builds them)."""
+
+    def __init__(self, learner: Any, **about: Any) -> None:
+        super().__init__(**about)
+        self.learner = learner
+
+    def _act(self, batch: Any) -> np.ndarray:
+        return np.asarray(self.learner.compute_actions(batch, explore=False))
+
+
+def _agent_name(checkpoint: Path) -> str | None:
+    """The search's trainable, from the experiment's tune_rl_spec.yaml (two folders up), if there is one."""
+    import yaml
+
+    saved = checkpoint.parent.parent / "tune_rl_spec.yaml"
+    try:
+        return str(yaml.safe_load(saved.read_text()).get("trainable")) if saved.is_file() else None
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+
+
+def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
+    from tune_runner.own_trainable import build_learner
+
+    try:
+        learner = build_learner(name, config)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's plugin code: one line naming it
+        raise UserError(f"{checkpoint}: agent {name} could not be rebuilt from its trial config "
+                        f"({type(exc).__name__}: {exc}); are its plugins where the search found them?") from None
+    if not callable(getattr(learner, "set_state", None)):
+        raise UserError(f"{checkpoint}: agent {name} has no set_state; it cannot be restored from a checkpoint")
+    learner.set_state(state)
+    return LearnerPolicy(learner, env_id=config["env"], env_config=config.get("env_config") or {}, kind=name,
+                         checkpoint=checkpoint)
 
 
 def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any],
