@@ -128,6 +128,8 @@ def node_id() -> str:
     """The Ray node this trial runs on (results carry it, so a test or a user can see where trials ran)."""
     import ray
 
+    if not ray.is_initialized():  # outside Ray (tests, notebooks): asking would start a local Ray
+        return ""
     try:
         return ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - outside Ray (tests, notebooks)

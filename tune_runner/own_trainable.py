@@ -85,6 +85,8 @@ def trial_threads() -> int:
     """Torch threads = the CPUs Ray assigned to this trial's process (at least 1)."""
     import ray
 
+    if not ray.is_initialized():  # a trainable built outside Ray (tests, notebooks): asking would start Ray
+        return 1
     try:
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1
     except Exception:  # noqa: BLE001 - outside a Ray worker (tests, `python -c`)
