@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 from ray import tune
 
 # Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial")
+TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial",
+              "env_task_fn")
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 
@@ -42,7 +43,7 @@ def setting_names(name: str) -> list[str]:
     """Every top-level key a space file may set for our `ppo` / `dqn`."""
     _, config_cls = learner_classes(name)
     return [f.name for f in dataclasses.fields(config_cls)] + list(ALIASES) + ["num_env_runners", "cpus_per_trial",
-                                                                                "gpus_per_trial"]
+                                                                                "gpus_per_trial", "env_task_fn"]
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:
@@ -121,6 +122,12 @@ class OwnTrainable(tune.Trainable):
 
         torch.set_num_threads(trial_threads())
         self.learner = build_learner(self.learner_name, config, device=trial_device())
+        self.task_fn = None
+        if config.get("env_task_fn"):
+            from tune_runner import curriculum
+
+            self.task_fn = curriculum.resolve_task_fn(config["env_task_fn"])
+            curriculum.check_task_settable(self.learner.env.env, env_id=config["env"])
         self.runners = None
         if config.get("num_env_runners", 0) > 0:
             from tune_runner.rollouts import RolloutGroup
@@ -133,8 +140,24 @@ class OwnTrainable(tune.Trainable):
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
         check_finite(result)
+        if self.task_fn is not None:
+            result.update(self._advance_curriculum(result))
         return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
                 "device": self.learner.device.type}
+
+    def _advance_curriculum(self, result: dict[str, float]) -> dict[str, float]:
+        """Set the next task on every env that samples (ours, or the rollout workers'); `task`, their mean."""
+        from tune_runner import curriculum
+
+        results = curriculum.task_results(result, env_steps=int(result["env_steps"]),
+                                          training_iteration=self.iteration + 1)  # Tune counts it after step()
+        if self.runners is not None:
+            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], results)
+        else:
+            tasks = curriculum.advance(self.task_fn, vector_env=self.learner.env.env, results=results,
+                                       env_ctx=dict(self.config.get("env_config") or {}))
+        mean = curriculum.mean_task(tasks)
+        return {} if mean is None else {"task": mean}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
