@@ -268,3 +268,25 @@ def test_rllib_callback_raises_what_an_env_runner_hit(tmp_path):
     result = {"training_iteration": 1, "num_env_steps_sampled_lifetime": 10, "env_runners": {}}
     with pytest.raises(UserError, match="not task-settable"):
         curriculum.rllib_callback(f"{fn}:raise_level")(algorithm=fake_algorithm(env), result=result)
+
+
+def test_rllib_callback_on_a_real_local_env_runner(tmp_path, monkeypatch):
+    """RLlib's own EnvRunner (in this process, Ray forbidden): its wrapped vector env gets the task,
+    and the next episodes it samples show it."""
+    import ray
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    monkeypatch.setattr("ray._private.auto_init_hook.enable_auto_connect", False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("this test must not start Ray"))
+    fn = write(tmp_path / "levels.py", RAISE_LEVEL)
+    config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "num_envs_per_env_runner": 2,
+                                             "env_task_fn": f"{fn}:raise_level"})
+    runner = SingleAgentEnvRunner(config=config)
+    group = SimpleNamespace(foreach_env_runner=lambda func: [func(runner)])
+    algorithm = SimpleNamespace(env_runner_group=group, eval_env_runner_group=None)
+    result = {"training_iteration": 5, "num_env_steps_sampled_lifetime": 40, "env_runners": {}}
+    config.callbacks_on_train_result(algorithm=algorithm, metrics_logger=None, result=result)
+    assert result["curriculum"] == {"task": 5.0}
+    episodes = runner.sample(num_episodes=2, explore=True, force_reset=True)
+    assert {float(o[0]) for e in episodes for o in e.get_observations()} == {5.0}
+    runner.stop()
