@@ -70,11 +70,12 @@ def resolve(trainable: str) -> str:
 def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
 
-    `env_task_fn` becomes an `on_train_result` callback (RLlib 2.60 no longer calls it itself).
+    `env_task_fn` becomes an `on_train_result` callback (RLlib 2.60 no longer calls it itself),
+    and an env with action masks gets our masking RLModule.
     """
     from ray.rllib.algorithms.registry import _get_algorithm_class
 
-    from tune_runner import curriculum
+    from tune_runner import curriculum, masking
 
     algo_config = _get_algorithm_class(algo).get_default_config()
     env_config = dict(config.get("env_config") or {})
@@ -82,6 +83,7 @@ def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN}))
     if config.get(TASK_FN):
         algo_config.callbacks(on_train_result=curriculum.rllib_callback(config[TASK_FN]))
+    masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
     return algo_config
 
 
@@ -245,7 +247,7 @@ def _check_rllib_config(algo: str, config: dict[str, Any]) -> str | None:
     """RLlib's own validation of one concrete config; the problem's first line."""
     try:
         rllib_config(algo, config).validate()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UserError) as exc:
         return str(exc).strip().splitlines()[0]
     return None
 
