@@ -23,6 +23,7 @@ RLLIB_METRICS: dict[str, str] = {
     "qf_loss": "learners/default_policy/qf_loss",
     "td_error_mean": "learners/default_policy/td_error_mean",
     "lr": "learners/default_policy/default_optimizer_learning_rate",
+    "task": "curriculum/task",  # added by tune_runner.curriculum's callback when there is a curriculum
 }
 
 # Always present in what our trainables report (the budget and schedulers count env steps).

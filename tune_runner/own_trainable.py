@@ -19,7 +19,7 @@ from ray import tune
 
 # Keys of a trial config that are ours, not the learner's.
 TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
-              "gpus_per_trial")
+              "gpus_per_trial", "env_task_fn")
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 
@@ -43,7 +43,7 @@ def setting_names(name: str) -> list[str]:
     """Every top-level key a space file may set for agent `name`."""
     from tune_runner import agents
 
-    extras = ["cpus_per_trial", "gpus_per_trial"]
+    extras = ["cpus_per_trial", "gpus_per_trial", "env_task_fn"]
     if not agents.is_ours(name):
         return agents.config_class(name).names() + extras
     return [f.name for f in dataclasses.fields(agents.config_class(name))] + list(ALIASES) + \
@@ -152,6 +152,12 @@ class OwnTrainable(tune.Trainable):
 
         torch.set_num_threads(trial_threads())
         self.learner = build_learner(self.learner_name, config, device=trial_device())
+        self.task_fn = None
+        if config.get("env_task_fn"):
+            from tune_runner import curriculum
+
+            self.task_fn = curriculum.resolve_task_fn(config["env_task_fn"])
+            curriculum.check_task_settable(self.learner.env.env, env_id=config["env"])
         self.runners = None
         if config.get("num_env_runners", 0) > 0:
             from tune_runner.rollouts import RolloutGroup
@@ -164,9 +170,25 @@ class OwnTrainable(tune.Trainable):
         result = self.runners.train_iteration(self.learner) if self.runners is not None \
             else self.learner.train_iteration()
         check_finite(result)
+        if self.task_fn is not None:
+            result.update(self._advance_curriculum(result))
         device = getattr(self.learner, "device", "cpu")
         return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
                 "device": getattr(device, "type", str(device))}
+
+    def _advance_curriculum(self, result: dict[str, float]) -> dict[str, float]:
+        """Set the next task on every env that samples (ours, or the rollout workers'); `task`, their mean."""
+        from tune_runner import curriculum
+
+        results = curriculum.task_results(result, env_steps=int(result["env_steps"]),
+                                          training_iteration=self.iteration + 1)  # Tune counts it after step()
+        if self.runners is not None:
+            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], results)
+        else:
+            tasks = curriculum.advance(self.task_fn, vector_env=self.learner.env.env, results=results,
+                                       env_ctx=dict(self.config.get("env_config") or {}))
+        mean = curriculum.mean_task(tasks)
+        return {} if mean is None else {"task": mean}
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""

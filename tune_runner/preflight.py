@@ -66,6 +66,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     for key, problem in trainables.check_settings(trainable, keys):
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{where}: {section}.{key}: {problem}")
+    spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
     check_metric(spec, trainable)
     problem = _check_space_corners(spec, trainable)
@@ -83,6 +84,18 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
                                         metric=spec.metric, mode=spec.mode)
     return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
                     population=scheduler_type.population)
+
+
+def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:
+    """A fixed `env_task_fn` file path made absolute: trials run in their own directories."""
+    from tune_runner.curriculum import TASK_FN, absolute_ref
+
+    if TASK_FN not in spec.fixed:
+        return spec
+    try:
+        return replace(spec, fixed={**spec.fixed, TASK_FN: absolute_ref(spec.fixed[TASK_FN])})
+    except UserError:
+        return spec  # check_config names what is wrong with it
 
 
 def check_metric(spec: ExperimentSpec, trainable: str) -> None:

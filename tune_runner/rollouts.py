@@ -77,6 +77,7 @@ class RolloutWorker:
         torch.set_num_threads(1)
         self.learner = build_learner(name, config, seed_offset=1000 * (index + 1))
         self.server, self.replay, self.version = server, replay, 0
+        self.config_env, self.env_config = config["env"], dict(config.get("env_config") or {})
 
     def sample(self, num_steps: int, env_steps: int) -> dict:
         version, weights = ray.get(self.server.pull.remote(self.version))
@@ -89,6 +90,15 @@ class RolloutWorker:
             return batch
         ray.get(self.replay.add.remote(batch.pop("transitions")))
         return batch
+
+    def advance_curriculum(self, ref: str, results: dict) -> list:
+        """Set the task function's next task on this worker's envs; their tasks."""
+        from tune_runner import curriculum
+
+        env = self.learner.env.env
+        curriculum.check_task_settable(env, env_id=self.config_env)
+        return curriculum.advance(curriculum.resolve_task_fn(ref), vector_env=env, results=results,
+                                  env_ctx=self.env_config)
 
 
 class RolloutGroup:
@@ -148,6 +158,12 @@ class RolloutGroup:
             learner.target.load_state_dict(learner.q.state_dict())
             learner._last_target_update = learner.env_steps
         return sampled, {**losses, "epsilon": c.epsilon_at(learner.env_steps)}
+
+    def advance_curriculum(self, ref: str, results: dict) -> list:
+        """Every worker sets the task function's next task on its envs (the trainer's own envs do not
+        sample here); all their tasks."""
+        return [task for tasks in ray.get([w.advance_curriculum.remote(ref, results) for w in self.workers])
+                for task in tasks]
 
     def get_state(self) -> dict | None:
         """The replay actor's contents (DQN); workers keep no state worth saving."""

@@ -19,6 +19,7 @@ from typing import Any
 from ray import tune
 
 from tune_runner import metrics
+from tune_runner.curriculum import TASK_FN
 from tune_runner.errors import UserError, closest, unknown_name
 
 RLLIB_PREFIX = "rllib/"
@@ -77,12 +78,22 @@ def resolve(trainable: str) -> str:
 
 
 def rllib_config(algo: str, config: dict[str, Any]) -> Any:
-    """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest)."""
+    """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
+
+    `env_task_fn` becomes an `on_train_result` callback (RLlib 2.60 no longer calls it itself),
+    and an env with action masks gets our masking RLModule.
+    """
     from ray.rllib.algorithms.registry import _get_algorithm_class
 
+    from tune_runner import curriculum, masking
+
     algo_config = _get_algorithm_class(algo).get_default_config()
-    algo_config.environment(config["env"], env_config=dict(config.get("env_config") or {}))
-    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS}))
+    env_config = dict(config.get("env_config") or {})
+    algo_config.environment(config["env"], env_config=env_config)
+    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN}))
+    if config.get(TASK_FN):
+        algo_config.callbacks(on_train_result=curriculum.rllib_callback(config[TASK_FN]))
+    masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
     return algo_config
 
 
@@ -123,6 +134,9 @@ def check_config(trainable: str, config: dict[str, Any]) -> str | None:
         from tune_runner.oracle import check_config as check_oracle
 
         return check_oracle(config)
+    problem = _check_curriculum(config)
+    if problem:
+        return problem
     if is_own(trainable):
         from tune_runner.own_trainable import check_config as check_own
 
@@ -145,11 +159,11 @@ def trainable_class(trainable: str) -> type[tune.Trainable]:
     return type(algo, (RLlibTrainable,), {"algo_name": algo, "__module__": __name__})
 
 
-OWN_REPORTS = {
+OWN_REPORTS = {  # `task` only with a curriculum (env_task_fn)
     "ppo": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "policy_loss", "vf_loss",
-            "entropy", "kl", "lr", "sps"),
+            "entropy", "kl", "lr", "sps", "task"),
     "dqn": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "qf_loss", "td_error_mean",
-            "epsilon", "lr", "sps"),
+            "epsilon", "lr", "sps", "task"),
 }
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
 USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares more with `reports = (...)`
@@ -195,8 +209,10 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
         settings = config_cls.from_dict(learner_settings(config))
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
+        values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
     full = rllib_config(algorithm_name(trainable), config).to_dict()
+    full.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})  # a callback in RLlib's config
     return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and keep(v)}
 
 
@@ -209,6 +225,20 @@ def can_checkpoint(trainable: str) -> bool:
     cls = trainable_class(trainable)
     return isinstance(cls, type) and issubclass(cls, tune.Trainable) and \
         cls.save_checkpoint is not tune.Trainable.save_checkpoint
+
+
+def _check_curriculum(config: dict[str, Any]) -> str | None:
+    """A bad `env_task_fn` reference, or an env without get_task/set_task; the problem's line."""
+    if config.get(TASK_FN) is None:
+        return None
+    from tune_runner import curriculum
+
+    try:
+        curriculum.resolve_task_fn(config[TASK_FN])
+        curriculum.check_env(config["env"], config.get("env_config"))
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def _check_rllib_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str]]:
@@ -225,7 +255,7 @@ def _check_rllib_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str
     for key in keys:
         top = key.split(".")[0]
         translated = default._translate_special_keys(top, warn_deprecated=False)
-        if top in ENV_KEYS or hasattr(default, translated):
+        if top in ENV_KEYS or top == TASK_FN or hasattr(default, translated):
             continue
         near = closest(top, valid)
         hint = f"did you mean {near!r}?" if near else "see RLlib's AlgorithmConfig for its settings"
@@ -237,7 +267,7 @@ def _check_rllib_config(algo: str, config: dict[str, Any]) -> str | None:
     """RLlib's own validation of one concrete config; the problem's first line."""
     try:
         rllib_config(algo, config).validate()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UserError) as exc:
         return str(exc).strip().splitlines()[0]
     return None
 
