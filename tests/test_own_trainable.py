@@ -101,7 +101,7 @@ def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
         def get_assigned_resources(self):
             return {"CPU": 3.0}
 
-    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
     assert trial_threads() == 1  # outside Ray: never asked (asking would start a local Ray)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
