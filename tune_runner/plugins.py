@@ -122,11 +122,11 @@ class EnvFactory:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The class's metadata, which gymnasium.make reads for the render modes (a function has none)."""
-        if self.style == "function":
-            raise AttributeError("metadata")  # gymnasium then checks no render mode
-        metadata = getattr(self.origin, "metadata", None)
-        return metadata if isinstance(metadata, dict) else {"render_modes": []}
+        """The class's metadata, which gymnasium.make reads for the render modes."""
+        metadata = getattr(self.origin, "metadata", None) if self.style != "function" else None
+        if not isinstance(metadata, dict):
+            raise AttributeError("metadata")  # none known: gymnasium then checks no render mode
+        return metadata
 
     def __call__(self, **env_config: Any) -> gym.Env:
         """gymnasium's entry point: `gymnasium.make(name, **env_config)` hands the keys over as keywords."""
