@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 import textwrap
 import warnings
@@ -15,6 +16,7 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from tune_runner import plugins
 from tune_runner.algos.common import make_vec_env
+from tune_runner.env_api import unwrap_actor_class
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, ENVS, MODELS, load_plugins, register_agent, register_env, register_model
 from tune_runner.preflight import check_env as preflight_check_env
@@ -164,6 +166,10 @@ def test_a_ray_remote_env_class_runs_in_process_as_a_gymnasium_env(tmp_path):
     env.reset(seed=0)
     env.step(1)
     assert env.unwrapped.count() == 1  # other methods reach the wrapped object
+    assert pickle.loads(pickle.dumps(env)).unwrapped.count() == 1  # as our learners' exact restore does
+    creator = _global_registry.get(ENV_CREATOR, "plug_actor")
+    del sys.modules[module.__name__]  # by value: a Ray worker without the file can build it
+    assert creator({"size": 2}).env.size == 2
 
 
 
@@ -171,9 +177,9 @@ def test_unwrapping_an_actor_class_gives_the_plain_class_without_starting_ray():
     class Plain:
         pass
 
-    assert plugins.unwrap_actor_class(ray.remote(Plain)) is Plain
-    assert plugins.unwrap_actor_class(ray.remote(num_cpus=1)(Plain)) is Plain
-    assert plugins.unwrap_actor_class(Plain) is Plain
+    assert unwrap_actor_class(ray.remote(Plain)) is Plain
+    assert unwrap_actor_class(ray.remote(num_cpus=1)(Plain)) is Plain
+    assert unwrap_actor_class(Plain) is Plain
 
 
 
@@ -242,7 +248,7 @@ def test_a_registered_env_passes_preflight_and_rays_registry_holds_a_working_cre
 
 def test_shipped_envs_go_to_ray_by_reference():
     creator = _global_registry.get(ENV_CREATOR, "custom_env")
-    assert isinstance(creator, plugins._ByReference) and creator.module == "tune_runner.envs.custom_env"
+    assert creator.origin == ("tune_runner.envs.custom_env", "CustomEnv")
     assert creator({"length": 5}).length == 5
     assert creator({}).__class__.__name__ == "CustomEnv"
 

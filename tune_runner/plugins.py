@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import gymnasium as gym
 
 from tune_runner import paths as tune_paths
+from tune_runner.env_api import InProcessEnv, accepts, api_problems, find, unwrap_actor_class
 from tune_runner.errors import UserError
 from tune_runner.registry import Registry
 
@@ -45,22 +46,6 @@ AGENTS: Registry[Any] = Registry("agent")
 
 
 # ---------------------------------------------------------------------------- where things are defined
-
-
-def unwrap_actor_class(obj: Any) -> Any:
-    """The plain Python class behind a `@ray.remote` class; any other object unchanged.
-
-    Starts no Ray: `ActorClass.__ray_metadata__.modified_class` is Ray's subclass of the user's
-    class (it adds `__ray_ready__`, `__ray_terminate__`, ...) and keeps the original as
-    `__ray_actor_class__`.
-    """
-    meta = getattr(obj, "__ray_metadata__", None)
-    if meta is None:
-        return obj
-    modified = getattr(meta, "modified_class", None)
-    if modified is None:
-        raise TypeError(f"{obj!r} is a Ray actor class without its Python class (a cross-language actor?)")
-    return getattr(modified, "__ray_actor_class__", modified)
 
 
 def _definition(obj: Any) -> tuple[str, str]:
@@ -128,6 +113,11 @@ class EnvFactory:
             raise AttributeError("metadata")  # none known: gymnasium then checks no render mode
         return metadata
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Pickled as its name (gymnasium's spec inside each pickled env holds the factory): the
+        # registered class of a @ray.remote env cannot be found by its name. Load plug-ins first.
+        return registered_env, (self.name,)
+
     def __call__(self, **env_config: Any) -> gym.Env:
         """gymnasium's entry point: `gymnasium.make(name, **env_config)` hands the keys over as keywords."""
         return self.make(env_config)
@@ -146,7 +136,7 @@ class EnvFactory:
     def _construct(self, config: Mapping[str, Any]) -> Any:
         """`cls(env_config=config)`, with render_mode passed by itself where __init__ takes it."""
         kwargs: dict[str, Any] = {}
-        if "render_mode" in config and _accepts(self.origin, "render_mode"):
+        if "render_mode" in config and accepts(self.origin, "render_mode"):
             config = copy.copy(config)  # keeps an EnvContext's worker_index and friends
             kwargs["render_mode"] = config.pop("render_mode")  # type: ignore[union-attr]
         return self.origin(**{self.style: config}, **kwargs)
@@ -173,84 +163,6 @@ def _init_style(cls: type) -> str:
         if name in params and params[name].kind is not inspect.Parameter.POSITIONAL_ONLY:
             return name
     return "kwargs"
-
-
-def _accepts(func: Callable[..., Any], keyword: str) -> bool:
-    """Whether `func` takes `keyword` by name (or any keyword, through **kwargs)."""
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return True
-    return keyword in params and params[keyword].kind is not inspect.Parameter.POSITIONAL_ONLY
-
-
-def api_problems(env: Any) -> list[str]:
-    """What keeps an object that is not a gymnasium.Env from being used as one (empty when nothing)."""
-    problems = [f"no {attr} (a gymnasium.spaces.Space)" for attr in ("observation_space", "action_space")
-                if not isinstance(getattr(env, attr, None), gym.spaces.Space)]
-    reset = getattr(env, "reset", None)
-    if not callable(reset):
-        problems.append("no reset(*, seed=None, options=None) -> (obs, info)")
-    elif not (_accepts(reset, "seed") and _accepts(reset, "options")):
-        problems.append("reset() takes no seed/options keywords (the old gym API); write "
-                        "reset(self, *, seed=None, options=None) returning (obs, info)")
-    if not callable(getattr(env, "step", None)):
-        problems.append("no step(action) -> (obs, reward, terminated, truncated, info)")
-    return problems
-
-
-class InProcessEnv(gym.Env):
-    """A gymnasium.Env around an object that has the gymnasium API without subclassing Env.
-
-    This is how the seed's `@ray.remote` env classes run: in the sampling process, one object
-    per env, instead of one Ray actor per env and a remote call per step. Each result is
-    checked, so an old-API `step` (4 values) fails on the first step with the fix.
-    Other attributes (e.g. `set_task`) are read from the wrapped object.
-    """
-
-    def __init__(self, inner: Any, *, where: str) -> None:
-        self.inner, self.where = inner, where
-        self.observation_space = inner.observation_space
-        self.action_space = inner.action_space
-        metadata = getattr(inner, "metadata", None)
-        self.metadata = metadata if isinstance(metadata, dict) else {"render_modes": []}
-        self.render_mode = getattr(inner, "render_mode", None)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
-        super().reset(seed=seed)
-        result = self.inner.reset(seed=seed, options=options)
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise UserError(f"{self.where}: reset() returned {_shape(result)}; gymnasium envs return (obs, info)")
-        return result
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        result = self.inner.step(action)
-        if not (isinstance(result, tuple) and len(result) == 5):
-            old_api = isinstance(result, tuple) and len(result) == 4
-            hint = " (the old gym API: obs, reward, done, info)" if old_api else ""
-            raise UserError(f"{self.where}: step() returned {_shape(result)}{hint}; gymnasium envs return "
-                            f"(obs, reward, terminated, truncated, info)")
-        return result
-
-    def render(self) -> Any:
-        render = getattr(self.inner, "render", None)
-        return render() if callable(render) else None
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner" or name.startswith("__"):  # unpickling reads attributes before `inner` is set
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-def _shape(result: Any) -> str:
-    return f"{len(result)} values" if isinstance(result, tuple) else f"a {type(result).__name__}"
 
 
 def register_env(name: str) -> Callable[[T], T]:
@@ -301,7 +213,7 @@ def register_with_ray(factory: EnvFactory) -> None:
 
     qualname = getattr(factory.origin, "__qualname__", "")
     shipped = factory.module.startswith("tune_runner.") and "<locals>" not in qualname
-    creator = _ByReference(factory.name, factory.module, qualname) if shipped else factory.make
+    creator = _RayCreator(factory.name, (factory.module, qualname) if shipped else factory.origin)
     try:
         ray_register_env(factory.name, creator)
     except Exception as exc:  # what fails to pickle raises one of many types
@@ -309,17 +221,24 @@ def register_with_ray(factory: EnvFactory) -> None:
                          f"{type(exc).__name__}: {exc}") from exc
 
 
-class _ByReference:
-    """Ray's creator for an env in a module every worker imports: two names are pickled, not the class."""
+class _RayCreator:
+    """Ray's creator for one env: `origin` is the class or function, or (module, qualname) to import it by.
 
-    def __init__(self, name: str, module: str, qualname: str) -> None:
-        self.name, self.module, self.qualname = name, module, qualname
+    Pickled by cloudpickle (a class from a plug-in file goes by value); never pickles an
+    EnvFactory, which pickles as a name that a worker's registries would not know.
+    """
+
+    def __init__(self, name: str, origin: Any) -> None:
+        self.name, self.origin = name, origin
 
     def __call__(self, env_config: Mapping[str, Any] | None = None) -> gym.Env:
-        target: Any = importlib.import_module(self.module)
-        for part in self.qualname.split("."):
-            target = getattr(target, part)
-        return EnvFactory(self.name, target).make(env_config)
+        origin = find(*self.origin) if isinstance(self.origin, tuple) else self.origin
+        return EnvFactory(self.name, origin).make(env_config)
+
+
+def registered_env(name: str) -> EnvFactory:
+    """The factory of env `name`; an unknown name is a UserError with the closest one."""
+    return ENVS.get(name)
 
 
 def env_names() -> list[str]:
