@@ -251,6 +251,8 @@ def test_shipped_envs_go_to_ray_by_reference():
     assert creator.origin == ("tune_runner.envs.custom_env", "CustomEnv")
     assert creator({"length": 5}).length == 5
     assert creator({}).__class__.__name__ == "CustomEnv"
+    actor = _global_registry.get(ENV_CREATOR, "custom_env_actor")
+    assert actor.origin == ("tune_runner.envs.custom_env", "CustomEnvWrapper") and actor({"length": 4}).env.length == 4
 
 
 # ---- one name, one definition ----------------------------------------------------------------------

@@ -92,7 +92,6 @@ class EnvFactory:
     def __init__(self, name: str, target: Any) -> None:
         self.name = name
         self.origin = unwrap_actor_class(target)
-        self.from_actor = self.origin is not target
         if inspect.isclass(self.origin):
             self.style = _init_style(self.origin)
         elif callable(self.origin):
