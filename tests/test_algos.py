@@ -459,7 +459,10 @@ def test_learners_only_take_allowed_actions(algo):
         gym.register("TuneRlMaskedTest-v0", entry_point=MaskedEnv)
     config = small_ppo() if algo is PPO else small_dqn(num_steps_sampled_before_learning_starts=0)
     learner = algo(config, env_id="TuneRlMaskedTest-v0")
-    learner.train_iteration()
+    result = learner.train_iteration()
+    # NaN weights would hide here: argmax picks a NaN logit, the only one a one-hot mask leaves.
+    assert all(math.isfinite(v) for k, v in result.items() if k.endswith("loss")), result
+    assert all(np.isfinite(a).all() for net in learner.get_weights().values() for a in net.values())
     obs = {"observations": np.zeros((64, 3), np.float32), "action_mask": np.eye(4, dtype=np.int8)[np.arange(64) % 4]}
     for explore in (False, True):
         assert (learner.compute_actions(obs, explore=explore) == np.arange(64) % 4).all()

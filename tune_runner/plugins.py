@@ -1,25 +1,375 @@
-"""TEMPORARY STUB (not committed): helper A writes the real one."""
+"""User plug-ins: environments, models and agents registered by decorator, and the files that hold them.
+
+A plug-in file is plain Python that decorates its classes:
+
+    from tune_runner.plugins import register_env
+
+    @register_env("my_corridor")
+    class MyCorridor(gymnasium.Env):
+        def __init__(self, env_config: dict): ...
+
+`load_plugins` imports the shipped envs/ folder, the `envs/` folder of the working directory
+and the files given with --plugins. Each user file is loaded by path and pickled by value, so
+Ray workers on machines without the file still get its classes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any, TypeVar
+
+import gymnasium as gym
+
+from tune_runner import paths as tune_paths
+from tune_runner.env_api import InProcessEnv, accepts, api_problems, find, unwrap_actor_class
+from tune_runner.errors import UserError
 from tune_runner.registry import Registry
 
-ENVS, MODELS, AGENTS = Registry("environment"), Registry("model"), Registry("agent")
+T = TypeVar("T")
+
+SHIPPED_PACKAGE = "tune_runner.envs"
+_PLUGIN_PREFIX = "tune_rl_plugin_"
+_CONFIG_PARAMS = ("env_config", "config")
+
+ENVS: Registry[EnvFactory] = Registry("environment")
+MODELS: Registry[Any] = Registry("model")
+AGENTS: Registry[Any] = Registry("agent")
 
 
-def register_model(name):
-    return MODELS.register(name)
+# ---------------------------------------------------------------------------- where things are defined
 
 
-def register_agent(name):
-    return AGENTS.register(name)
+def _definition(obj: Any) -> tuple[str, str]:
+    """(source file, qualified name): the same for one class imported twice, e.g. by a re-import."""
+    obj = obj.origin if isinstance(obj, EnvFactory) else obj
+    try:
+        file = str(Path(inspect.getfile(obj)).resolve())
+    except (TypeError, OSError):
+        file = getattr(obj, "__module__", "?")
+    return file, getattr(obj, "__qualname__", repr(obj))
 
 
-def load_plugins(paths=(), *, cwd=None):
-    import importlib.util
-    from pathlib import Path
-    out = []
-    for p in paths:
-        p = Path(p).resolve()
-        spec = importlib.util.spec_from_file_location("tune_rl_plugin_" + p.stem, p)
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-        out.append(p)
-    return out
+def describe(obj: Any) -> str:
+    """`path/file.py:12 (Name)`, where `obj` is defined, for error messages."""
+    file, name = _definition(obj)
+    obj = obj.origin if isinstance(obj, EnvFactory) else obj
+    code = getattr(obj, "__code__", None)
+    try:
+        line = code.co_firstlineno if code else inspect.getsourcelines(obj)[1]
+    except (TypeError, OSError):
+        return f"{file} ({name})"
+    return f"{file}:{line} ({name})"
+
+
+def _check_free(registry: Registry[Any], name: str, obj: Any) -> None:
+    """A name already taken by a different definition is a ValueError naming both; the same one is fine."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {registry.what} name must be a non-empty string, got {name!r}")
+    old = registry.peek(name)
+    if old is not None and _definition(old) != _definition(obj):
+        raise ValueError(f"{registry.what} {name!r} is registered twice: by {describe(old)} and by "
+                         f"{describe(obj)}; rename one of them")
+
+
+# ---------------------------------------------------------------------------- environments
+
+
+class EnvFactory:
+    """Builds the env registered as `name`: gymnasium calls it with keywords, Ray with a dict.
+
+    `origin` is the registered class or function (a Ray actor class already unwrapped).
+    """
+
+    def __init__(self, name: str, target: Any) -> None:
+        self.name = name
+        self.origin = unwrap_actor_class(target)
+        if inspect.isclass(self.origin):
+            self.style = _init_style(self.origin)
+        elif callable(self.origin):
+            self.style = "function"
+        else:
+            raise TypeError(f"register_env({name!r}) takes a gymnasium.Env class, a function env_config -> env, "
+                            f"or a @ray.remote class, got {target!r}")
+
+    @property
+    def module(self) -> str:
+        return getattr(self.origin, "__module__", "")
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The class's metadata, which gymnasium.make reads for the render modes."""
+        metadata = getattr(self.origin, "metadata", None) if self.style != "function" else None
+        if not isinstance(metadata, dict):
+            raise AttributeError("metadata")  # none known: gymnasium then checks no render mode
+        return metadata
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Pickled as its name (gymnasium's spec inside each pickled env holds the factory): the
+        # registered class of a @ray.remote env cannot be found by its name. Load plug-ins first.
+        return registered_env, (self.name,)
+
+    def __call__(self, **env_config: Any) -> gym.Env:
+        """gymnasium's entry point: `gymnasium.make(name, **env_config)` hands the keys over as keywords."""
+        return self.make(env_config)
+
+    def make(self, env_config: Mapping[str, Any] | None = None) -> gym.Env:
+        """Ray's creator: one env from an env_config dict (RLlib's EnvContext is passed through as it is)."""
+        config = {} if env_config is None else env_config
+        if self.style == "function":
+            env = self.origin(config)
+        elif self.style == "kwargs":
+            env = self.origin(**config)
+        else:
+            env = self._construct(config)
+        return self._as_gym_env(env)
+
+    def _construct(self, config: Mapping[str, Any]) -> Any:
+        """`cls(env_config=config)`, with render_mode passed by itself where __init__ takes it."""
+        kwargs: dict[str, Any] = {}
+        if "render_mode" in config and accepts(self.origin, "render_mode"):
+            config = copy.copy(config)  # keeps an EnvContext's worker_index and friends
+            kwargs["render_mode"] = config.pop("render_mode")  # type: ignore[union-attr]
+        return self.origin(**{self.style: config}, **kwargs)
+
+    def _as_gym_env(self, env: Any) -> gym.Env:
+        if isinstance(env, gym.Env):
+            return env
+        where = f"env {self.name!r} ({describe(self.origin)})"
+        if self.style == "function":
+            raise UserError(f"{where}: the function returned {type(env).__name__}, not a gymnasium.Env")
+        problems = api_problems(env)
+        if problems:
+            raise UserError(f"{where} does not follow the gymnasium API: {'; '.join(problems)}")
+        return InProcessEnv(env, where=where)
+
+
+def _init_style(cls: type) -> str:
+    """`env_config` or `config` when __init__ has a parameter of that name, else `kwargs`."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return "kwargs"
+    for name in _CONFIG_PARAMS:
+        if name in params and params[name].kind is not inspect.Parameter.POSITIONAL_ONLY:
+            return name
+    return "kwargs"
+
+
+def register_env(name: str) -> Callable[[T], T]:
+    """Register an environment under `name` with gymnasium, Ray Tune and tune-rl; returns it unchanged.
+
+    Accepts:
+      - a gymnasium.Env subclass. Its __init__ decides how env_config arrives: a parameter
+        named `env_config` or `config` gets the whole dict (RLlib's convention; a
+        `render_mode` key goes to a `render_mode` parameter when __init__ has one); any
+        other __init__ gets the keys as keyword arguments (gymnasium's convention);
+      - a function `f(env_config: dict) -> gymnasium.Env`;
+      - a `@ray.remote` class (the seed's style). It is unwrapped and runs in-process like an
+        env class, saving the seed's one Ray actor per env; it must have the gymnasium API
+        (spaces, reset(*, seed, options) -> (obs, info), step -> 5 values), and an env
+        without it fails when made, naming what is missing.
+    Then `gymnasium.make(name, **env_config)`, `gymnasium.make_vec(name, ...)` and RLlib's
+    `env=name` all build it. A name registered by a different definition is a ValueError.
+    """
+    gym_id_ok = isinstance(name, str) and re.fullmatch(r"[\w:.-]+", name)
+    if not gym_id_ok:
+        raise ValueError(f"register_env: an env name is letters, digits and _ : . - (a gymnasium id), got {name!r}")
+
+    def decorate(target: T) -> T:
+        factory = EnvFactory(name, target)
+        _check_free(ENVS, name, factory)
+        existing = gym.envs.registry.get(name)
+        if existing is not None and not isinstance(existing.entry_point, EnvFactory):
+            raise ValueError(f"env {name!r} ({describe(factory)}) is already a gymnasium env "
+                             f"(entry point {existing.entry_point}); register yours under another name")
+        register_with_ray(factory)
+        ENVS.register(name, factory)
+        gym.envs.registry.pop(name, None)  # ours, registered again: replace it without gymnasium's warning
+        gym.register(id=name, entry_point=factory)
+        return target
+
+    return decorate
+
+
+def register_with_ray(factory: EnvFactory) -> None:
+    """Ray Tune's env registry, which RLlib reads by name; it pickles the creator now and ships it at ray.init.
+
+    While a decorator runs, its class is not yet a name in its module, so cloudpickle would copy
+    it by value, without the module's names defined further down. Our own envs are therefore
+    sent as a reference (every worker has tune_runner); a plug-in file is pickled again, whole,
+    once `load_plugins` has run it.
+    """
+    from ray.tune.registry import register_env as ray_register_env
+
+    qualname = getattr(factory.origin, "__qualname__", "")
+    shipped = factory.module.startswith("tune_runner.") and "<locals>" not in qualname
+    creator = _RayCreator(factory.name, (factory.module, qualname) if shipped else factory.origin)
+    try:
+        ray_register_env(factory.name, creator)
+    except Exception as exc:  # what fails to pickle raises one of many types
+        raise ValueError(f"env {factory.name!r} ({describe(factory)}): Ray cannot pickle it for its workers: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+class _RayCreator:
+    """Ray's creator for one env: `origin` is the class or function, or (module, qualname) to import it by.
+
+    Pickled by cloudpickle (a class from a plug-in file goes by value); never pickles an
+    EnvFactory, which pickles as a name that a worker's registries would not know.
+    """
+
+    def __init__(self, name: str, origin: Any) -> None:
+        self.name, self.origin = name, origin
+
+    def __call__(self, env_config: Mapping[str, Any] | None = None) -> gym.Env:
+        origin = find(*self.origin) if isinstance(self.origin, tuple) else self.origin
+        return EnvFactory(self.name, origin).make(env_config)
+
+
+def registered_env(name: str) -> EnvFactory:
+    """The factory of env `name`; an unknown name is a UserError with the closest one."""
+    return ENVS.get(name)
+
+
+def env_names() -> list[str]:
+    """Every env id that can be made: gymnasium's and ours."""
+    return sorted(set(gym.envs.registry) | set(ENVS.names()))
+
+
+# ---------------------------------------------------------------------------- models and agents
+
+
+def register_model(name: str) -> Callable[[T], T]:
+    """Record a model class under `name` (the seed's `@register_model`); returns it unchanged."""
+    return _recorder(MODELS, name)
+
+
+def register_agent(name: str) -> Callable[[T], T]:
+    """Record an agent class under `name` (the seed's `@register_agent`); returns it unchanged."""
+    return _recorder(AGENTS, name)
+
+
+def _recorder(registry: Registry[Any], name: str) -> Callable[[T], T]:
+    def decorate(target: T) -> T:
+        if not callable(target):
+            raise TypeError(f"register {registry.what} {name!r}: expected a class or function, got {target!r}")
+        _check_free(registry, name, target)
+        registry.register(name, target)
+        return target
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------- plug-in files
+
+
+def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.PathLike[str] | None = None
+                 ) -> list[Path]:
+    """Import the shipped envs, `<cwd>/envs/*.py` and each of `paths`; once each, so calling again is cheap.
+
+    A path is a .py file or a folder (its .py files, and its subfolders'; names starting with
+    _ or . are skipped), relative to `cwd` (default: the working directory). Returns the
+    absolute paths of the user files (not the shipped ones), for a trial process to load
+    again. A missing path, a non-.py file or a file that raises is a one-line UserError.
+    """
+    base = Path(os.getcwd() if cwd is None else cwd)
+    shipped = tune_paths.shipped("envs").resolve()
+    for file in _python_files(shipped):
+        _load_file(file, label=f"{shipped.name}/{file.relative_to(shipped)}",
+                   module_name=f"{SHIPPED_PACKAGE}.{file.stem}", by_value=False)
+    loaded: list[Path] = []
+    local = base / "envs"
+    if local.is_dir() and local.resolve() != shipped:
+        loaded += [_load_user_file(file, label=str(file.relative_to(base))) for file in _python_files(local)]
+    for given in paths:
+        loaded += [_load_user_file(file, label=f"--plugins {shown}") for file, shown in _expand(given, base=base)]
+    return list(dict.fromkeys(loaded))
+
+
+def _expand(given: str | os.PathLike[str], *, base: Path) -> list[tuple[Path, str]]:
+    """The .py files that one --plugins argument names, each with the path to show in errors."""
+    path = base / Path(given).expanduser()
+    if not path.exists():
+        raise UserError(f"--plugins {given}: no such file or folder")
+    if path.is_dir():
+        files = _python_files(path)
+        if not files:
+            raise UserError(f"--plugins {given}: no .py files in this folder")
+        return [(file, os.path.join(str(given), str(file.relative_to(path)))) for file in files]
+    if path.suffix != ".py":
+        raise UserError(f"--plugins {given}: not a Python file; give a .py file or a folder of them")
+    return [(path, str(given))]
+
+
+def _python_files(folder: Path) -> list[Path]:
+    """The .py files under `folder`, sorted, skipping names that start with _ or . (files and folders)."""
+    found: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(("_", ".")):
+            continue
+        if entry.is_dir():
+            found += _python_files(entry)
+        elif entry.suffix == ".py":
+            found.append(entry.resolve())
+    return found
+
+
+def _load_user_file(file: Path, *, label: str) -> Path:
+    file = file.resolve()
+    stem = re.sub(r"\W", "_", file.stem)
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:8]
+    _load_file(file, label=label, module_name=f"{_PLUGIN_PREFIX}{stem}_{digest}", by_value=True)
+    return file
+
+
+def _load_file(file: Path, *, label: str, module_name: str, by_value: bool) -> ModuleType:
+    """Execute `file` as module `module_name`, unless that module is loaded already."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    from ray import cloudpickle
+
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[module_name] = module
+    if by_value:  # before running it: its register_env pickles the env class for Ray
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as exc:
+        del sys.modules[module_name]
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+        raise UserError(f"{label}: {_one_line(exc)}{_line_in(exc, file)}") from exc
+    for name in ENVS.names() if by_value else ():  # pickled again, whole: see register_with_ray
+        factory = ENVS.peek(name)
+        if isinstance(factory, EnvFactory) and factory.module == module_name:
+            register_with_ray(factory)
+    return module
+
+
+def _one_line(exc: BaseException) -> str:
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    first = (message or "").strip().splitlines()
+    return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
+
+
+def _line_in(exc: BaseException, file: Path) -> str:
+    """` (line N)`: the deepest line of `file` in the traceback, or where a syntax error is."""
+    if isinstance(exc, SyntaxError) and exc.lineno and exc.filename == str(file):
+        return f" (line {exc.lineno})"
+    line = None
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == str(file):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" (line {line})" if line else ""

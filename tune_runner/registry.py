@@ -40,6 +40,14 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))
 
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._entries)
+
+    def peek(self, name: str) -> T | str | None:
+        """The entry as stored (a lazy "module:attr" string stays a string), or None; imports nothing."""
+        return self._entries.get(name)
+
     def get(self, name: str) -> T:
         """The object for `name`; an unknown name is a UserError naming the closest choice."""
         if name not in self._entries:

@@ -286,8 +286,9 @@ class PPO:
     def _update(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         c = self.config
         logp_all = torch.log_softmax(self._logits(mb["obs"], mb.get("mask")), dim=-1)
-        # p * log p with masked actions is 0 * -inf; those terms are 0.
-        entropy = -torch.where(logp_all.isfinite(), logp_all.exp() * logp_all, 0.0).sum(-1)
+        # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
+        # after it (torch.where): the gradient of exp(x) * x at -inf is NaN, and where() would pass on 0 * NaN.
+        entropy = -(logp_all.exp() * logp_all.masked_fill(~logp_all.isfinite(), 0.0)).sum(-1)
         losses = ppo_losses(
             new_logp=logp_all.gather(1, mb["actions"][:, None]).squeeze(1), old_logp=mb["logp"],
             advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
