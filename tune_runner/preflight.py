@@ -49,7 +49,7 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
         raise UserError(f"{spec.source}: plugins: {exc}") from None
-    return replace(spec, plugins=tuple(dict.fromkeys([*spec.plugins, *map(str, loaded)])))
+    return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
