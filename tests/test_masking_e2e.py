@@ -89,7 +89,9 @@ def space_file(tmp_path: Path, trainable: str, log_dir: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("trainable", list(SETTINGS))
+# rllib/DQN masks too (tests/test_masking.py runs its module through a real EnvRunner and Learner); its
+# e2e run costs 40 s of RLlib DQN's ~80 env steps/s here, so the suite leaves it out.
+@pytest.mark.parametrize("trainable", ["ppo", "rllib/PPO"])
 def test_no_masked_action_is_ever_taken(trainable, ray_session, cli, _isolated_home, tmp_path):
     log_dir = tmp_path / "counts"
     name = f"masked-{trainable.replace('/', '-')}"
