@@ -46,24 +46,64 @@ def two_nodes():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+USER_ENV = """
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from tune_runner.plugins import register_env
+
+
+@register_env("cluster_walk")
+class Walk(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config=None):
+        self.length = int((env_config or {}).get("length", 4))
+        self.pause = float((env_config or {}).get("pause", 0.0))  # slow steps keep both nodes busy at once
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.pause)
+        self.pos, self.t = max(0, self.pos + (1 if action else -1)), self.t + 1
+        done = self.pos >= self.length
+        return np.array([self.pos / self.length], np.float32), float(done), done, self.t >= 30, {}
+"""
+
+
 def test_search_with_address_runs_trials_on_both_nodes(two_nodes, _isolated_home, tmp_path):
-    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 6000}, "searcher": "random",
+    """A user env from the working folder's envs/ runs on both nodes: it reaches the workers through the
+    runtime env (the trials import tune_rl_user_plugins, a package that exists nowhere else)."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "walk.py").write_text(USER_ENV)
+    raw = {"trainable": "ppo", "env": "cluster_walk", "env_config": {"pause": 0.004},
+           "budget": {"env_steps": 600}, "searcher": "random",
            "scheduler": "fifo", "num_samples": 4, "reevaluate": False,
-           "fixed": {"optimum": {"x": 0.5}, "sleep_s": 0.3}, "space": {"x": {"uniform": [0.0, 1.0]}}}
+           "fixed": {"num_envs_per_env_runner": 2, "train_batch_size": 200, "minibatch_size": 50, "num_epochs": 1},
+           "space": {"lr": {"loguniform": [1.0e-3, 1.0e-2]}}}
     space = tmp_path / "c.yaml"
     space.write_text(yaml.safe_dump(raw))
     env = {k: v for k, v in os.environ.items() if k != MARK}
     env.update(TUNE_RL_HOME=str(_isolated_home), RAY_AUTH_MODE="disabled")
     proc = subprocess.run([sys.executable, "-m", "tune_runner", "search", "--space", str(space), "--name", "two",
-                           "--address", two_nodes], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)  # not the checkout: the workers get tune_runner from the runtime env
+                           "--address", two_nodes, "--no-export"], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)  # not the checkout: workers get tune_runner from the runtime env
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 nodes; --storage" in proc.stdout  # the local-storage note
-    nodes = set()
+    nodes, plugins = set(), set()
     for result_file in (_isolated_home / "results" / "two").glob("*/result.json"):
         rows = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
         nodes.update(r["node_id"] for r in rows)
+        plugins.update(p for r in rows for p in r["config"]["tune_rl_plugins"])
+        assert rows[-1]["env_steps"] >= 600
     assert len(nodes) == 2, nodes
+    assert plugins == {"module:tune_rl_user_plugins.p0_walk"}, plugins
 
 
 def test_a_wrong_address_is_one_line_and_nothing_starts(_isolated_home, cli):
