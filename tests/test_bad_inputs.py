@@ -43,6 +43,16 @@ def test_bad_space_file(path, cli, _isolated_home):
 
 @pytest.mark.parametrize("argv, fragments", [
     (["search", "--space", "ppo_smal"], ["--space: unknown space 'ppo_smal'; did you mean 'ppo_small'?"]),
+    (["search", "--space", "oracle", "--plugins", "nope.py"], ["--plugins nope.py: no such file or folder"]),
+    (["train", "--env_name", "CartPole-v1", "--agent_name", "ppoo"],
+     ["--agent_name ppoo: unknown trainable 'ppoo'; did you mean 'ppo'?"]),
+    (["train", "--env_name", "CartPol-v1"], ["--env_name CartPol-v1: unknown environment 'CartPol-v1'; did you mean"]),
+    (["train", "--env_name", "CartPole-v1", "--num_workers", "-1"], ["--num_workers -1: must be 0 or more"]),
+    (["train", "--env_name", "CartPole-v1", "--batch_size", "0"], ["--batch_size 0: must be a positive integer"]),
+    (["train", "--env_name", "CartPole-v1", "--lr", "abc"], ["PPOConfig.lr must be a number, got lr='abc'"]),
+    (["train", "--env_name", "CartPole-v1", "--model_name", "wide"], ["--model_name wide: unknown model 'wide'"]),
+    (["train", "--env_name", "CartPole-v1", "--agent_name", "dqn", "--clip_param", "0.2"],
+     ["unrecognized arguments: --clip_param 0.2"]),
     (["search", "--space", "missing/space.yaml"], ["--space missing/space.yaml: no such file"]),
     (["search", "--space", "ppo_small", "--set", "lr"], ["--set lr: expected KEY=VALUE"]),
     (["search", "--space", "ppo_small", "--set", "budget=abc"],

@@ -139,6 +139,7 @@ def test_a_user_env_model_and_agent_from_a_temp_folder_run_a_real_search(ray_ses
 def test_our_ppo_trains_a_registered_model_and_bad_names_are_one_line(ray_session, cli, _isolated_home, plugins):
     result = cli("train", "--plugins", str(plugins / "corridor.py"), "--env_name", "plugin_corridor",
                  "--agent_name", "ppo", "--model_name", "plugin_wide", "--width", "24", "--num_envs_per_worker", "4",
+                 "--num_workers", "1", "--num_cpus", "2",
                  "--batch_size", "256", "--budget", "512", "--minibatch_size", "64", "--num_epochs", "2",
                  "--name", "wide")
     assert result.status == 0, result.out + result.err

@@ -13,7 +13,8 @@ from tune_runner.spec import build_spec, load_spec, parse_value, shipped_spaces
 def test_every_shipped_space_loads_with_a_description(name):
     spec = load_spec(name)
     assert spec.description and spec.budget_env_steps > 0 and spec.space
-    assert spec.trainable in ("ppo", "dqn", "oracle") and spec.env == "CartPole-v1"
+    assert spec.trainable in ("ppo", "dqn", "oracle")
+    assert spec.env in ("CartPole-v1", "curriculum_corridor", "masked_choice")  # the last two: shipped envs/
 
 
 @pytest.mark.parametrize("backend", ["", "rllib/"])
@@ -24,7 +25,7 @@ def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
         if name == "oracle":  # trains nothing; no RLlib twin
             assert prepare(load_spec(name)).trainable.__name__ == "Oracle"
             continue
-        algo = name.split("_")[0]
+        algo = load_spec(name).trainable  # ppo or dqn; the RLlib twin is rllib/PPO or rllib/DQN
         spec = load_spec(name, overrides=[f"trainable={backend}{algo.upper() if backend else algo}"])
         prepared = prepare(spec)
         assert prepared.trainable.__name__.lower().endswith(algo)

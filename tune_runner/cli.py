@@ -341,6 +341,9 @@ def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:
     if args.scheduler:
         changes["scheduler"] = Component(args.scheduler)
     if args.plugins:
+        from tune_runner.plugins import load_plugins
+
+        load_plugins(args.plugins)  # a bad path is named with its flag, before the space's own plugins
         changes["plugins"] = spec.plugins + tuple(str(Path(p).expanduser().resolve()) for p in args.plugins)
     return spec.with_overrides(**changes)
 

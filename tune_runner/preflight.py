@@ -48,7 +48,7 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     try:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
-        raise UserError(f"{spec.source}: plugins: {exc}") from None
+        raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 

@@ -158,9 +158,26 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
                                    plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
     if not args.env_name:
         raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
+    _check_names(agent=agent, env=args.env_name)
     raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": args.budget or DEFAULT_BUDGET},
            "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
     return build_spec(raw, name=f"{agent.replace('/', '-')}-{args.env_name}", source="tune-rl train")
+
+
+def _check_names(*, agent: str, env: str) -> None:
+    """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
+    import gymnasium
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    from tune_runner import trainables
+    from tune_runner.errors import unknown_name
+
+    try:
+        trainables.resolve(agent)
+    except UserError as exc:
+        raise UserError(f"--agent_name {agent}: {exc}") from None
+    if env not in gymnasium.envs.registry and not _global_registry.contains(ENV_CREATOR, env):
+        raise UserError(f"--env_name {env}: {unknown_name('environment', env, gymnasium.envs.registry)}")
 
 
 def _agent_and_model(args: argparse.Namespace, out: TextIO) -> tuple[str, str | None]:
