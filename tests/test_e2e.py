@@ -103,8 +103,8 @@ def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
     result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
                  "--no-reevaluate",
                  "--searcher", "optuna",
-                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=600",
-                 "--set", "num_steps_sampled_before_learning_starts=200")
+                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=400",
+                 "--set", "num_steps_sampled_before_learning_starts=100")
     assert result.status == 0, result.err
     from ray.tune import ExperimentAnalysis
 

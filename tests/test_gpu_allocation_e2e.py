@@ -24,7 +24,7 @@ def oracle_space(path, *, trials: int, sleep_s: float):
 
 
 def test_logical_gpus_four_quarter_gpu_trials_share_one_gpu_at_once(_isolated_home, tmp_path):
-    space = oracle_space(tmp_path / "g.yaml", trials=4, sleep_s=0.4)
+    space = oracle_space(tmp_path / "g.yaml", trials=4, sleep_s=0.25)
     env = {**os.environ, "TUNE_RL_HOME": str(_isolated_home)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     proc = subprocess.run([sys.executable, "-m", "tune_runner", "search", "--space", str(space), "--name", "quarters",

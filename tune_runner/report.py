@@ -75,7 +75,7 @@ def learning_curves(analysis: Any, spec: ExperimentSpec, *, title: str, path: Pa
     ax.set_title(f"{title}: {spec.trainable} on {spec.env}  (budget dotted; x stopped early, * solved)",
                  fontsize=10)
     ax.grid(alpha=0.3)
-    if ax.lines:
+    if ax.get_legend_handles_labels()[0]:  # a trial without a curve (errored at once) has no labelled line
         ax.legend(fontsize=7, ncol=2 if len(analysis.trials) > 8 else 1, loc="best")
     figure.tight_layout()
     figure.savefig(path)

@@ -244,6 +244,11 @@ def ensure_gym_id(env_id: str) -> bool:
     """
     if env_id in gym.registry:
         return True
+    from tune_runner.plugins import load_plugins
+
+    load_plugins()  # our shipped envs register themselves (with gymnasium too) on import
+    if env_id in gym.registry:
+        return True
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
     if not _global_registry.contains(ENV_CREATOR, env_id):
