@@ -355,10 +355,12 @@ def _checkpoints(spec: ExperimentSpec) -> bool:
 
 
 def checkpoints_to_keep(prepared: Prepared) -> int:
-    """Per trial. PBT exploits a donor's newest checkpoint while the donor trains on and saves
-    again; with 2 or fewer Ray can delete it first ("checkpoint does not exist on storage
-    anymore"). Older ones are pruned, so disk use stays at this many per trial."""
-    return 4 if prepared.population else 2
+    """Per trial. PBT exploits the checkpoint a donor had when the exploit was decided, while the
+    donor trains on and saves again (every CHECKPOINT_EVERY iterations and at each perturbation).
+    Once the donor has saved this many newer ones, Ray deletes it and the exploiting trial fails to
+    restore ("does not exist on storage anymore"), on every retry: 4 was too few in CI. Older ones
+    are pruned, so disk use stays at this many per trial."""
+    return 20 if prepared.population else 2
 
 
 class BudgetStopper(Stopper):
