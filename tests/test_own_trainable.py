@@ -108,22 +108,29 @@ def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
     assert trial_threads() == 3
 
 
-def test_outside_ray_the_trainable_starts_no_ray(monkeypatch):
-    # ray.get_runtime_context() starts a local Ray when none runs: a trainable built in a test must not ask it.
-    import ray
+def test_outside_ray_the_trainable_starts_no_ray():
+    """ray.get_runtime_context() starts a local Ray when none runs: a trainable built outside Ray must not
+    ask it. In a fresh process, so that the suite's shared Ray (up once an e2e test ran) does not hide it."""
+    import json
+    import subprocess
+    import sys
 
-    from tune_runner.audit import node_id
-    from tune_runner.own_trainable import trial_threads
-
-    if ray.is_initialized():
-        pytest.skip("an end-to-end test's Ray runs in this session")
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("ray.init called")
-
-    monkeypatch.setattr(ray, "init", refuse)
-    assert trial_threads() == 1 and node_id() == ""
-    trainable = OwnPPO(config=dict(PPO_CONFIG))
-    assert trainable.train()["node_id"] == ""
-    trainable.stop()
-    assert not ray.is_initialized()
+    probe = f"""
+import json, ray
+calls = []
+def refuse(*args, **kwargs):
+    calls.append(1)  # recorded: the code under test may swallow the error
+    raise RuntimeError("ray.init called")
+ray.init = refuse
+from tune_runner.audit import node_id
+from tune_runner.own_trainable import OwnPPO, trial_threads
+trainable = OwnPPO(config={dict(PPO_CONFIG)!r})
+result = trainable.train()
+trainable.stop()
+print(json.dumps({{"threads": trial_threads(), "node_id": node_id(), "result_node": result["node_id"],
+                  "ray": ray.is_initialized(), "init_calls": len(calls)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"threads": 1, "node_id": "", "result_node": "", "ray": False, "init_calls": 0}
