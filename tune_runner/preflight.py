@@ -30,14 +30,21 @@ class Prepared:
     population: bool = False
 
 
-def check_env(name: str, *, where: str) -> None:
-    """The env must be a gymnasium id or an env registered with Ray Tune."""
+def unknown_env(name: str) -> str | None:
+    """None for a gymnasium id or an env registered with Ray Tune; else the did-you-mean text."""
     import gymnasium
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
     if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
-        return
-    raise UserError(f"{where}: env: {unknown_name('environment', name, gymnasium.envs.registry)}")
+        return None
+    return unknown_name("environment", name, gymnasium.envs.registry)
+
+
+def check_env(name: str, *, where: str) -> None:
+    """The env must be a gymnasium id or an env registered with Ray Tune."""
+    problem = unknown_env(name)
+    if problem:
+        raise UserError(f"{where}: env: {problem}")
 
 
 def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:

@@ -71,20 +71,28 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     return train
 
 
+def seed_names(agent_name: str | None, model_name: str | None) -> tuple[str, str | None, bool]:
+    """(agent, model, whether --model_name was read as the agent): seed 000 wrote `--agent_name
+    default_agent --model_name ppo`, naming the learning rule with --model_name. Plugins loaded first."""
+    from tune_runner import agents
+    from tune_runner.plugins import MODELS
+
+    agent = DEFAULT_AGENT if agent_name in (None, SEED_AGENT) else agent_name
+    if model_name and model_name not in MODELS and agents.is_agent(model_name) and agent_name in (None, SEED_AGENT):
+        return model_name, None, True
+    return agent, model_name, False
+
+
 def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> None:
     """Argument groups for the chosen agent's and model's own options (suppressed unless given)."""
-    agent, model = chosen.get("agent") or DEFAULT_AGENT, chosen.get("model")
-    if agent.startswith("rllib/") or agent == SEED_AGENT:
-        agent = DEFAULT_AGENT if agent == SEED_AGENT else agent
-        if agent.startswith("rllib/"):
-            return  # RLlib's settings come with --set KEY=VALUE
+    if (chosen.get("agent") or "").startswith("rllib/"):
+        return  # RLlib's settings come with --set KEY=VALUE
     try:
         from tune_runner import agents, models
         from tune_runner.plugins import MODELS, load_plugins
 
         load_plugins(chosen["plugins"])
-        if model and agents.is_agent(model) and model not in MODELS:
-            agent, model = model, None  # seed 000 named the learning rule with --model_name
+        agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
         if not agents.is_agent(agent):
             return  # prepare() names the unknown agent with its did-you-mean
         taken = {s for a in parser._actions for s in a.option_strings}
@@ -166,31 +174,25 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
 
 def _check_names(*, agent: str, env: str) -> None:
     """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
-    import gymnasium
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
     from tune_runner import trainables
-    from tune_runner.errors import unknown_name
+    from tune_runner.preflight import unknown_env
 
     try:
         trainables.resolve(agent)
     except UserError as exc:
         raise UserError(f"--agent_name {agent}: {exc}") from None
-    if env not in gymnasium.envs.registry and not _global_registry.contains(ENV_CREATOR, env):
-        raise UserError(f"--env_name {env}: {unknown_name('environment', env, gymnasium.envs.registry)}")
+    problem = unknown_env(env)
+    if problem:
+        raise UserError(f"--env_name {env}: {problem}")
 
 
 def _agent_and_model(args: argparse.Namespace, out: TextIO) -> tuple[str, str | None]:
-    from tune_runner import agents
     from tune_runner.plugins import MODELS
 
-    agent, model = args.agent_name or DEFAULT_AGENT, args.model_name
-    if agent == SEED_AGENT:
-        agent = DEFAULT_AGENT
-    if model and model not in MODELS and agents.is_agent(model) and args.agent_name in (None, SEED_AGENT):
-        print(f"note       --model_name {model} names a learning rule: read as --agent_name {model} "
+    agent, model, read_as_agent = seed_names(args.agent_name, args.model_name)
+    if read_as_agent:
+        print(f"note       --model_name {agent} names a learning rule: read as --agent_name {agent} "
               f"(seed 000's usage)", file=out)
-        agent, model = model, None
     if model and model not in MODELS:
         from tune_runner.errors import unknown_name
 
