@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -134,3 +136,30 @@ print(json.dumps({{"threads": trial_threads(), "node_id": node_id(), "result_nod
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"threads": 1, "node_id": "", "result_node": "", "ray": False, "init_calls": 0}
+
+
+# ---- losses are reported only when computed ----------------------------------------------------------
+
+
+def shipped_dqn_small_config() -> dict:
+    """A trial config of the shipped dqn_small space as it stands: its fixed values, and the first value
+    of each searched range."""
+    from tune_runner.spec import load_spec
+
+    spec = load_spec("dqn_small")
+    assert spec.trainable == "dqn"
+    return {"env": spec.env, "env_config": spec.env_config, **spec.fixed, **{p.name: p.args[0] for p in spec.space}}
+
+
+def test_shipped_dqn_small_reports_no_loss_before_its_first_gradient_step():
+    config = shipped_dqn_small_config()
+    assert config["num_steps_sampled_before_learning_starts"] == 1000  # the shipped value, not lowered
+    trainable = OwnDQN(config=config)
+    first = trainable.train()  # its ~960 valid env steps are short of 1000: no gradient step
+    assert first["env_steps"] < 1000 and first["episodes"] > 0
+    assert "qf_loss" not in first and "td_error_mean" not in first
+    second = trainable.train()
+    assert math.isfinite(second["qf_loss"]) and math.isfinite(second["td_error_mean"])
+    assert set(first) | {"qf_loss", "td_error_mean"} == set(second)
+    trainable.stop()
+
