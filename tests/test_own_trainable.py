@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from tune_runner import trainables
-from tune_runner.own_trainable import OwnDQN, OwnPPO, check_config, learner_settings
+from tune_runner.audit import NonFiniteError, check_finite, computed
+from tune_runner.own_trainable import OwnDQN, OwnPPO, check_config, learner_settings, own_trainable_class
 
 PPO_CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4,
               "train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 2, "lr": 1e-3, "seed": 3}
@@ -134,3 +137,71 @@ print(json.dumps({{"threads": trial_threads(), "node_id": node_id(), "result_nod
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"threads": 1, "node_id": "", "result_node": "", "ray": False, "init_calls": 0}
+
+
+# ---- losses are reported only when computed ----------------------------------------------------------
+
+
+def shipped_dqn_small_config() -> dict:
+    """A trial config of the shipped dqn_small space as it stands: its fixed values, and the first value
+    of each searched range."""
+    from tune_runner.spec import load_spec
+
+    spec = load_spec("dqn_small")
+    assert spec.trainable == "dqn"
+    return {"env": spec.env, "env_config": spec.env_config, **spec.fixed, **{p.name: p.args[0] for p in spec.space}}
+
+
+def test_shipped_dqn_small_reports_no_loss_before_its_first_gradient_step():
+    config = shipped_dqn_small_config()
+    assert config["num_steps_sampled_before_learning_starts"] == 1000  # the shipped value, not lowered
+    trainable = OwnDQN(config=config)
+    first = trainable.train()  # its ~960 valid env steps are short of 1000: no gradient step
+    assert first["env_steps"] < 1000 and first["episodes"] > 0
+    assert "qf_loss" not in first and "td_error_mean" not in first
+    second = trainable.train()
+    assert math.isfinite(second["qf_loss"]) and math.isfinite(second["td_error_mean"])
+    assert set(first) | {"qf_loss", "td_error_mean"} == set(second)
+    trainable.stop()
+
+
+def test_the_nan_guard_judges_only_computed_values():
+    check_finite({"episode_return_mean": 20.0, "env_steps": 964, "episodes": 44})  # no loss computed: fine
+    for key in ("qf_loss", "td_error_mean", "policy_loss", "critic_loss"):  # the last a user agent's
+        with pytest.raises(NonFiniteError, match=rf"^{key} is nan at 1,000 env steps; the trial diverged"):
+            check_finite({"episode_return_mean": 20.0, "env_steps": 1000, key: math.nan})
+    with pytest.raises(NonFiniteError, match="^loss is inf"):
+        check_finite({"env_steps": 1000, "loss": math.inf})
+    assert computed({"env_steps": 5, "policy_loss": None, "lr": 0.1}) == {"env_steps": 5, "lr": 0.1}
+
+
+class LateLearner:
+    """A user's agent that computes its loss from its second iteration on; `nan_at` makes it diverge."""
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--nan_at", type=int, default=0)
+
+    def __init__(self, args):
+        self.nan_at, self.iterations = args.nan_at, 0
+
+    def train_iteration(self):
+        self.iterations += 1
+        loss = None if self.iterations == 1 else math.nan if self.iterations == self.nan_at else 0.5
+        return {"episode_return_mean": 1.0, "env_steps": 100 * self.iterations, "policy_loss": loss}
+
+    def compute_actions(self, obs, explore=False):
+        return np.zeros(len(obs), np.int64)
+
+
+def test_a_user_agent_reports_none_for_a_loss_it_did_not_compute(monkeypatch):
+    from tune_runner.plugins import AGENTS, register_agent
+
+    monkeypatch.setattr(AGENTS, "_entries", dict(AGENTS._entries))  # undone after the test
+    register_agent("late_learner")(LateLearner)
+    trainable = own_trainable_class("late_learner")(config={"env": "CartPole-v1", "nan_at": 3})
+    first, second = trainable.train(), trainable.train()
+    assert "policy_loss" not in first and second["policy_loss"] == 0.5
+    with pytest.raises(NonFiniteError, match="^policy_loss is nan at 300 env steps"):
+        trainable.train()  # a NaN it computed is still divergence
+    trainable.stop()

@@ -5,14 +5,16 @@ A user's agent is a class with
 
     add_args(parser)                     its hyperparameters: flags of `tune-rl train`, keys of a space file
     __init__(self, args)                 those options, plus env, env_config, seed, device, model, model_config
-    train_iteration() -> dict            one iteration; reports at least episode_return_mean and env_steps
+    train_iteration() -> dict            one iteration; reports at least episode_return_mean and env_steps.
+                                         A loss it did not compute (no update yet) is None or left out;
+                                         a NaN or infinite loss it did compute stops the trial as diverged
     compute_actions(obs, explore=False)  actions for a batch of observations (evaluate, load_policy)
     get_state() / set_state(state)       optional: checkpoints (PBT, resume, evaluate)
     get_weights() / set_weights(w)       optional (seed 000's shape)
     close()                              optional
 
-`tune_runner.algos.make_vec_env` and `tune_runner.models.build_model` give it the same vector env
-and registered networks our agents use.
+`tune_runner.algos.Learner` is that contract as a typing.Protocol. `tune_runner.algos.make_vec_env`
+and `tune_runner.models.build_model` give it the same vector env and registered networks our agents use.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def make_callback(out: Any) -> Any:
     return PBTAudit()
 
 
-# Losses and statistics that must stay finite; the return may be NaN before the first episode ends.
+# Losses and statistics that must stay finite, besides any `loss` / `*_loss` key (a user agent's);
+# the return may be NaN before the first episode ends.
 FINITE_KEYS = ("policy_loss", "vf_loss", "qf_loss", "total_loss", "entropy", "kl", "td_error_mean")
 
 
@@ -111,9 +112,20 @@ class NonFiniteError(RuntimeError):
     """A trainable produced NaN or infinity: the trial stops as errored instead of feeding NaN to the searcher."""
 
 
+def computed(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The result without the values its learner did not compute (None), e.g. a user agent's loss
+    before its first update: Tune then sees the key missing, as our learners leave it out."""
+    return {key: value for key, value in result.items() if value is not None}
+
+
 def check_finite(result: Mapping[str, Any]) -> None:
-    """Raise NonFiniteError naming the first non-finite loss, or an infinite/NaN return after episodes."""
-    for key in FINITE_KEYS:
+    """Raise NonFiniteError naming the first non-finite loss, or an infinite/NaN return after episodes.
+
+    Only computed values are judged: a loss left out (no gradient step this iteration) is fine,
+    a NaN that a learner computed is divergence.
+    """
+    losses = [k for k in result if isinstance(k, str) and (k == "loss" or k.endswith("_loss"))]
+    for key in dict.fromkeys([*FINITE_KEYS, *losses]):
         value = result.get(key)
         if is_number(value) and not math.isfinite(value):
             raise NonFiniteError(f"{key} is {value} at {int(result.get('env_steps', 0)):,} env steps; the trial "

@@ -165,10 +165,10 @@ class OwnTrainable(tune.Trainable):
             self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite, node_id
+        from tune_runner.audit import audit_result, check_finite, computed, node_id
 
-        result = self.runners.train_iteration(self.learner) if self.runners is not None \
-            else self.learner.train_iteration()
+        result = computed(self.runners.train_iteration(self.learner) if self.runners is not None
+                          else self.learner.train_iteration())
         check_finite(result)
         if self.task_fn is not None:
             result.update(self._advance_curriculum(result))

@@ -7,20 +7,26 @@
 Workers are pinned to the trial's placement-group bundles (one CPU each, see
 OwnTrainable.default_resource_request); the parameter server and the replay buffer take
 no CPU of their own. Each worker acts with its own env copies and seed.
+
+This module only moves weights and data. The learner's own `train_iteration` runs the
+iteration (lr schedule, updates, target network) on a `Workers` source, through the public
+methods of `tune_runner.algos.learner.OwnLearner`. `Workers` takes the Ray calls as plain
+callables, so tests drive the same code with in-process stand-ins for the actors.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import ray
 
+from tune_runner.algos.learner import OwnLearner
 from tune_runner.own_trainable import build_learner
 
-# PPO rollout arrays indexed [time, env]; the rest of a batch is merged differently.
-NOT_TIME_MAJOR = ("last_obs", "env_steps", "episode_returns", "episode_lens")
+Gather = Callable[..., list[dict]]
+"""`gather(weights=, num_steps=, env_steps=)`: every worker's `worker_sample` batch."""
 
 
 @ray.remote(num_cpus=0)
@@ -39,9 +45,8 @@ class ParameterServer:
         return self.version, (self.weights if have != self.version else None)
 
 
-@ray.remote(num_cpus=0)
-class ReplayBufferActor:
-    """DQN's replay memory as an actor: workers add, the trainer samples minibatches."""
+class SharedReplay:
+    """DQN's replay memory shared by a trial's workers (they add) and its trainer (it draws minibatches)."""
 
     def __init__(self, capacity: int, fields: dict, seed: int) -> None:
         from tune_runner.algos import ReplayBuffer
@@ -67,6 +72,69 @@ class ReplayBufferActor:
         self.rng.bit_generator.state = state["rng"]
 
 
+ReplayBufferActor = ray.remote(num_cpus=0)(SharedReplay)
+
+
+class ReplayView(Protocol):
+    """The trainer's view of the shared replay memory."""
+
+    def size(self) -> int: ...
+
+    def sample(self, count: int, batch_size: int) -> list[dict]: ...
+
+
+def worker_sample(learner: OwnLearner, *, weights: Mapping | None, num_steps: int, env_steps: int,
+                  push: Callable[[dict], Any] | None = None) -> dict:
+    """A rollout worker's part of an iteration: take the newest weights (None: unchanged), follow the
+    trial's env steps (DQN's epsilon schedule), collect; with `push` (DQN's shared replay) the
+    transitions go there instead of back to the trainer."""
+    if weights is not None:
+        learner.set_weights(weights)
+    learner.env_steps = env_steps
+    batch = learner.collect(num_steps)
+    if push is not None:
+        push(batch.pop("transitions"))
+    return batch
+
+
+class Workers:
+    """A trial's rollout workers as its learner's data source (a Sampler; for DQN a Replay).
+
+    `sample` sends the learner's weights out and counts what comes back into the learner
+    (`absorb`); the minibatches come from the shared replay. An iteration samples in one
+    round: a round trip to the workers costs far more than one vector step.
+    """
+
+    round_steps = None
+
+    def __init__(self, learner: OwnLearner, *, gather: Gather, count: int, replay: ReplayView | None = None) -> None:
+        self.learner, self.gather, self.count, self.replay = learner, gather, count, replay
+
+    def sample(self, num_steps: int) -> dict[str, Any]:
+        batches = self.gather(weights=self.learner.get_weights(), num_steps=-(-num_steps // self.count),
+                              env_steps=self.learner.env_steps)
+        return self.learner.absorb(batches)
+
+    def size(self) -> int:
+        return self.replay.size()
+
+    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
+        return self.replay.sample(count, batch_size)
+
+
+class ActorReplay:
+    """The replay-buffer actor as a ReplayView."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def size(self) -> int:
+        return ray.get(self.actor.size.remote())
+
+    def sample(self, count: int, batch_size: int) -> list[dict]:
+        return ray.get(self.actor.sample.remote(count, batch_size))
+
+
 @ray.remote(num_cpus=1)
 class RolloutWorker:
     """Acts in its own vector env with the newest weights; returns or pushes what it collected."""
@@ -80,16 +148,9 @@ class RolloutWorker:
         self.config_env, self.env_config = config["env"], dict(config.get("env_config") or {})
 
     def sample(self, num_steps: int, env_steps: int) -> dict:
-        version, weights = ray.get(self.server.pull.remote(self.version))
-        if weights is not None:
-            self.learner.set_weights(weights)
-            self.version = version
-        self.learner.env_steps = env_steps  # DQN's epsilon follows the whole trial's env steps
-        batch = self.learner.collect(num_steps)
-        if self.replay is None:
-            return batch
-        ray.get(self.replay.add.remote(batch.pop("transitions")))
-        return batch
+        self.version, weights = ray.get(self.server.pull.remote(self.version))
+        push = None if self.replay is None else (lambda transitions: ray.get(self.replay.add.remote(transitions)))
+        return worker_sample(self.learner, weights=weights, num_steps=num_steps, env_steps=env_steps, push=push)
 
     def advance_curriculum(self, ref: str, results: dict) -> list:
         """Set the task function's next task on this worker's envs; their tasks."""
@@ -124,40 +185,14 @@ class RolloutGroup:
                     placement_group=group, placement_group_bundle_index=i + 1)
             self.workers.append(RolloutWorker.options(**options).remote(name, config, i, self.server, self.replay))
 
-    def train_iteration(self, learner: Any) -> dict[str, float]:
-        start = time.perf_counter()
-        ray.get(self.server.push.remote(learner.get_weights()))
-        if self.name == "ppo":
-            per_worker = -(-learner.config.train_batch_size // len(self.workers))
-            batches = ray.get([w.sample.remote(per_worker, learner.env_steps) for w in self.workers])
-            sampled = absorb(learner, batches)
-            losses = learner.learn(merge_rollouts(batches))
-        else:
-            sampled, losses = self._dqn_iteration(learner)
-        return {"episode_return_mean": learner.stats.return_mean(), "episode_len_mean": learner.stats.len_mean(),
-                "episodes": learner.stats.episodes, "env_steps": learner.env_steps, **losses,
-                "lr": learner.config.lr, "sps": sampled / (time.perf_counter() - start)}
+    def train_iteration(self, learner: OwnLearner) -> dict[str, float]:
+        """The learner's own iteration, on these workers' data."""
+        replay = ActorReplay(self.replay) if self.replay is not None else None
+        return learner.train_iteration(Workers(learner, gather=self._gather, count=len(self.workers), replay=replay))
 
-    def _dqn_iteration(self, learner: Any) -> tuple[int, dict[str, float]]:
-        """Workers push ~1000 env steps into the replay actor; the trainer takes the minibatches it earned."""
-        c = learner.config
-        per_worker = max(c.num_envs_per_env_runner, -(-1000 // len(self.workers)))
-        batches = ray.get([w.sample.remote(per_worker, learner.env_steps) for w in self.workers])
-        sampled = absorb(learner, batches)
-        losses = {"qf_loss": float("nan"), "td_error_mean": float("nan")}
-        if learner.env_steps >= c.num_steps_sampled_before_learning_starts:
-            intensity = c.training_intensity or c.train_batch_size / c.num_envs_per_env_runner
-            learner._update_credit += sampled * intensity / c.train_batch_size
-            count = int(learner._update_credit)
-            learner._update_credit -= count
-            if count:
-                samples = ray.get(self.replay.sample.remote(count, c.train_batch_size))
-                sums = sum(learner._update(s) for s in samples)
-                losses = {"qf_loss": float(sums[0]) / count, "td_error_mean": float(sums[1]) / count}
-        if learner.env_steps - learner._last_target_update >= c.target_network_update_freq:
-            learner.target.load_state_dict(learner.q.state_dict())
-            learner._last_target_update = learner.env_steps
-        return sampled, {**losses, "epsilon": c.epsilon_at(learner.env_steps)}
+    def _gather(self, *, weights: dict, num_steps: int, env_steps: int) -> list[dict]:
+        ray.get(self.server.push.remote(weights))
+        return ray.get([w.sample.remote(num_steps, env_steps) for w in self.workers])
 
     def advance_curriculum(self, ref: str, results: dict) -> list:
         """Every worker sets the task function's next task on its envs (the trainer's own envs do not
@@ -177,21 +212,3 @@ class RolloutGroup:
         for actor in [*self.workers, self.server, *([self.replay] if self.replay is not None else [])]:
             ray.kill(actor)
 
-
-def absorb(learner: Any, batches: list[dict]) -> int:
-    """Count the workers' env steps and finished episodes into the trainer's own stats."""
-    sampled = sum(int(b["env_steps"]) for b in batches)
-    learner.env_steps += sampled
-    for b in batches:
-        learner.stats.recent_returns.extend(np.asarray(b["episode_returns"]).tolist())
-        learner.stats.recent_lengths.extend(np.asarray(b["episode_lens"]).tolist())
-        learner.stats.episodes += len(b["episode_returns"])
-    return sampled
-
-
-def merge_rollouts(batches: list[dict]) -> dict:
-    """PPO rollouts from several workers as one batch: envs side by side."""
-    merged = {key: np.concatenate([b[key] for b in batches], axis=1)
-              for key in batches[0] if key not in NOT_TIME_MAJOR}
-    merged["last_obs"] = np.concatenate([b["last_obs"] for b in batches], axis=0)
-    return merged

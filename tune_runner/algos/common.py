@@ -394,12 +394,15 @@ class EpisodeStats:
         self.lengths += step.valid
         done = np.flatnonzero((step.terminated | step.truncated) & step.valid)
         finished = self.returns[done].copy(), self.lengths[done].copy()
-        if len(done):
-            self.recent_returns.extend(finished[0].tolist())
-            self.recent_lengths.extend(finished[1].tolist())
-            self.episodes += len(done)
-            self.returns[done], self.lengths[done] = 0.0, 0
+        self.add_finished(*finished)
+        self.returns[done], self.lengths[done] = 0.0, 0
         return finished
+
+    def add_finished(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Count episodes that finished elsewhere (a rollout worker's envs) into the window."""
+        self.recent_returns.extend(np.asarray(returns, dtype=np.float64).tolist())
+        self.recent_lengths.extend(np.asarray(lengths, dtype=np.int64).tolist())
+        self.episodes += len(returns)
 
     def drop_running(self) -> None:
         """Forget the episodes in progress (after the envs were reset under them)."""

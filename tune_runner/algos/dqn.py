@@ -1,9 +1,11 @@
 """DQN for discrete actions on gymnasium vector envs, in one file, with RLlib's setting names.
 
-Sampling and learning interleave as in RLlib: each vector step (`collect(num_envs)`) goes into
-the replay buffer, then `learn` runs as many gradient steps as `training_intensity` asks.
-`collect` returns plain numpy transitions, so a remote-rollout mode can run it in other
-processes after `set_weights` and ship the batch to the learner's `learn`.
+Sampling and learning interleave as in RLlib: an iteration samples at least 1000 env steps in
+rounds; each round's transitions go into a replay memory, then the learner takes as many
+gradient steps as `training_intensity` earns (none before learning starts). In process a round
+is one vector step (`collect(num_envs)`) into the learner's own buffer. In rollout mode a
+`Replay` of workers runs `collect` elsewhere after `set_weights`, their transitions go into a
+shared replay memory, and the whole iteration is one round; the loop is the same code.
 
 Truncation bootstraps: a transition stores `terminated` apart from truncation, and NEXT_STEP
 autoreset gives the final observation as its `next_obs`.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ from tune_runner.algos.common import (
     state_dict_copy,
     to_tensor,
 )
+from tune_runner.algos.learner import LearnerBase, Replay
 from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
 from tune_runner.models import BUILT_IN, build_model, check_model
 
@@ -159,7 +162,29 @@ class QNetwork(nn.Module):
         return self.value(features) + advantage - advantage.mean(-1, keepdim=True)
 
 
-class DQN:
+ITERATION_ENV_STEPS = 1000  # env steps an iteration samples, at least one vector step
+
+
+class OwnReplay:
+    """A DQN's own data: one vector step of its envs per round, into its own replay buffer."""
+
+    def __init__(self, learner: DQN) -> None:
+        self.learner = learner
+        self.round_steps = learner.env.num_envs
+
+    def sample(self, num_steps: int) -> dict[str, Any]:
+        batch = self.learner.collect(num_steps)
+        self.learner.buffer.add_batch(batch.pop("transitions"))
+        return batch
+
+    def size(self) -> int:
+        return len(self.learner.buffer)
+
+    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
+        return [self.learner.buffer.sample(batch_size, self.learner.rngs.numpy) for _ in range(count)]
+
+
+class DQN(LearnerBase):
     """A DQN learner with its own vector env and replay buffer; no Ray inside."""
 
     config_class = DQNConfig
@@ -240,23 +265,44 @@ class DQN:
 
     # ---- learning -----------------------------------------------------------------------------
 
-    def learn(self, batch: Mapping[str, Any]) -> dict[str, float]:
-        """Store a `collect` batch, then run the gradient steps it earns; summed losses and the count."""
+    def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Transitions of several workers as one batch (none when they went into a shared replay)."""
+        if not all("transitions" in b for b in batches):
+            return {}
+        keys = batches[0]["transitions"]
+        return {"transitions": {k: np.concatenate([b["transitions"][k] for b in batches]) for k in keys}}
+
+    def updates_owed(self, env_steps: int, *, replay_size: int) -> int:
+        """Gradient steps that `env_steps` newly sampled env steps earn under training_intensity.
+
+        None before num_steps_sampled_before_learning_starts, or while the replay holds less than
+        one minibatch; fractions carry over to the next call.
+        """
         c = self.config
-        self.buffer.add_batch(batch["transitions"])
-        sums, updates = torch.zeros(2), 0
-        if self.env_steps >= c.num_steps_sampled_before_learning_starts and len(self.buffer) >= c.train_batch_size:
-            # training_intensity is trained / sampled transitions; None means one step per vector step.
-            intensity = c.training_intensity or c.train_batch_size / c.num_envs_per_env_runner
-            self._update_credit += batch["env_steps"] * intensity / c.train_batch_size
-            while self._update_credit >= 1.0:
-                sums += self._update(self.buffer.sample(c.train_batch_size, self.rngs.numpy))
-                self._update_credit -= 1.0
-                updates += 1
-        if self.env_steps - self._last_target_update >= c.target_network_update_freq:
+        if self.env_steps < c.num_steps_sampled_before_learning_starts or replay_size < c.train_batch_size:
+            return 0
+        # training_intensity is trained / sampled transitions; None means one step per vector step.
+        intensity = c.training_intensity or c.train_batch_size / c.num_envs_per_env_runner
+        self._update_credit += env_steps * intensity / c.train_batch_size
+        count = 0
+        while self._update_credit >= 1.0:
+            self._update_credit -= 1.0
+            count += 1
+        return count
+
+    def train_on(self, minibatches: Iterable[Mapping[str, np.ndarray]]) -> tuple[float, float]:
+        """One gradient step per minibatch; the losses and the mean |TD errors|, each summed."""
+        loss_sum = td_sum = 0.0
+        for minibatch in minibatches:
+            loss, td = self._update(minibatch).tolist()
+            loss_sum, td_sum = loss_sum + loss, td_sum + td
+        return loss_sum, td_sum
+
+    def update_target(self) -> None:
+        """Copy the Q network into the target network once target_network_update_freq env steps passed."""
+        if self.env_steps - self._last_target_update >= self.config.target_network_update_freq:
             self.target.load_state_dict(self.q.state_dict())
             self._last_target_update = self.env_steps
-        return {"qf_loss_sum": float(sums[0]), "td_error_sum": float(sums[1]), "num_updates": updates}
 
     def _update(self, sample: dict[str, np.ndarray]) -> torch.Tensor:
         c = self.config
@@ -278,21 +324,26 @@ class DQN:
         self.optimizer.step()
         return torch.stack([loss.detach(), td_error.detach().abs().mean()]).cpu()
 
-    def train_iteration(self) -> dict[str, float]:
-        """max(1000, num_envs) env steps, each vector step followed by its gradient steps; our metric names."""
-        start, sampled, updates = time.perf_counter(), 0, 0
-        loss_sum = td_sum = 0.0
-        for _ in range(-(-max(1000, self.env.num_envs) // self.env.num_envs)):
-            self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
-            batch = self.collect(self.env.num_envs)
-            learned = self.learn(batch)
-            sampled += batch["env_steps"]
-            loss_sum, td_sum = loss_sum + learned["qf_loss_sum"], td_sum + learned["td_error_sum"]
-            updates += learned["num_updates"]
-        per_update = 1.0 / updates if updates else float("nan")
-        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
-                "episodes": self.stats.episodes, "env_steps": self.env_steps, "qf_loss": loss_sum * per_update,
-                "td_error_mean": td_sum * per_update, "epsilon": self.config.epsilon_at(self.env_steps),
+    def train_iteration(self, source: Replay | None = None) -> dict[str, float]:
+        """At least 1000 env steps (own envs, or `source`'s) in rounds, each with the lr from its schedule
+        and the gradient steps it earned, then a target update if due; our metric names.
+
+        qf_loss and td_error_mean are left out of an iteration without a gradient step.
+        """
+        replay = source if source is not None else OwnReplay(self)
+        per_round = replay.round_steps or ITERATION_ENV_STEPS
+        start, sampled, updates, loss_sum, td_sum = time.perf_counter(), 0, 0, 0.0, 0.0
+        for _ in range(-(-max(ITERATION_ENV_STEPS, per_round) // per_round)):
+            self.apply_lr_schedule()
+            steps = replay.sample(per_round)["env_steps"]
+            sampled += steps
+            count = self.updates_owed(steps, replay_size=replay.size())
+            if count:
+                loss, td = self.train_on(replay.minibatches(count, self.config.train_batch_size))
+                loss_sum, td_sum, updates = loss_sum + loss, td_sum + td, updates + count
+            self.update_target()
+        losses = {"qf_loss": loss_sum / updates, "td_error_mean": td_sum / updates} if updates else {}
+        return {**self.episode_metrics(), **losses, "epsilon": self.config.epsilon_at(self.env_steps),
                 "lr": self.optimizer.lr, "sps": sampled / (time.perf_counter() - start)}
 
     # ---- state --------------------------------------------------------------------------------

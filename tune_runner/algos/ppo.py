@@ -1,9 +1,10 @@
 """PPO for discrete actions on gymnasium vector envs, in one file, with RLlib's setting names.
 
-An iteration is `collect` (train_batch_size env steps with the current policy, no gradients)
-then `learn` (GAE, then num_epochs passes of clipped-surrogate minibatch updates). The two are
-separate so that a remote-rollout mode can run `collect` in other processes after
-`set_weights`, and ship the batch (plain numpy arrays) to the learner's `learn`.
+An iteration sets the lr from its schedule, samples train_batch_size env steps with the current
+policy (no gradients), then `learn`s: GAE, then num_epochs passes of clipped-surrogate minibatch
+updates. The samples come from the learner's own envs (`collect`) or, in rollout mode, from a
+`Sampler` whose workers ran `collect` elsewhere after `set_weights` and shipped the batches
+(plain numpy arrays) back; the iteration is the same code either way.
 
 Losses follow RLlib's new API stack: separate policy and value networks, advantages
 normalised over the whole batch, and `vf_clip_param` clipping the squared value error itself.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,11 @@ from tune_runner.algos.common import (
     state_dict_copy,
     to_tensor,
 )
+from tune_runner.algos.learner import LearnerBase, Sampler
 from tune_runner.models import BUILT_IN, build_model, check_model
+
+# Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
+NOT_TIME_MAJOR = ("last_obs", "env_steps", "episode_returns", "episode_lens")
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     return net
 
 
-class PPO:
+class PPO(LearnerBase):
     """A PPO learner with its own vector env; no Ray inside."""
 
     config_class = PPOConfig
@@ -258,9 +263,22 @@ class PPO:
 
     # ---- learning -----------------------------------------------------------------------------
 
+    def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Rollouts of several workers as one: their envs side by side."""
+        merged = {key: np.concatenate([b[key] for b in batches], axis=1)
+                  for key in batches[0] if key not in NOT_TIME_MAJOR}
+        merged["last_obs"] = np.concatenate([b["last_obs"] for b in batches], axis=0)
+        return merged
+
     def learn(self, batch: Mapping[str, Any]) -> dict[str, float]:
-        """GAE on a `collect` batch, then num_epochs x minibatches of PPO updates; mean losses."""
+        """GAE on a `collect` batch, then num_epochs x minibatches of PPO updates; mean losses.
+
+        A batch without a single transition (every env between episodes) trains nothing and
+        reports no loss.
+        """
         c = self.config
+        if not batch["valid"].any():
+            return {}
         values, last_values = self._values(batch["obs"], batch["last_obs"])
         advantages, targets = compute_gae(
             rewards=batch["rewards"], values=values, terminated=batch["terminated"],
@@ -281,7 +299,7 @@ class PPO:
                 sums += self._update({k: v[idx] for k, v in tensors.items()})
                 updates += 1
         names = ("policy_loss", "vf_loss", "entropy", "kl")
-        return dict(zip(names, (sums / max(updates, 1)).tolist(), strict=True))
+        return dict(zip(names, (sums / updates).tolist(), strict=True))
 
     def _update(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         c = self.config
@@ -301,14 +319,14 @@ class PPO:
         self.optimizer.step()
         return torch.stack([losses[k] for k in ("policy_loss", "vf_loss", "entropy", "kl")]).detach().cpu()
 
-    def train_iteration(self) -> dict[str, float]:
-        """collect(train_batch_size) then learn; our metric names."""
+    def train_iteration(self, source: Sampler | None = None) -> dict[str, float]:
+        """The lr from its schedule, train_batch_size env steps (own envs, or `source`'s), learn; our metric names."""
         start = time.perf_counter()
-        self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
-        batch = self.collect(self.config.train_batch_size)
+        lr = self.apply_lr_schedule()
+        n = self.config.train_batch_size
+        batch = self.collect(n) if source is None else source.sample(n)
         losses = self.learn(batch)
-        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
-                "episodes": self.stats.episodes, "env_steps": self.env_steps, **losses, "lr": self.optimizer.lr,
+        return {**self.episode_metrics(), **losses, "lr": lr,
                 "sps": batch["env_steps"] / (time.perf_counter() - start)}
 
     # ---- state --------------------------------------------------------------------------------

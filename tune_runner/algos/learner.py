@@ -1,0 +1,110 @@
+"""What a trial asks of a learner, and the bookkeeping our PPO and DQN share.
+
+`Learner` is every agent a trial runs, a user's included (see tune_runner/agents.py).
+`OwnLearner` is what rollout mode (tune_runner.rollouts) may use of ours, and nothing more:
+weights go out, data comes in. The learner owns its training loop and its lr schedule; a
+`Sampler` (PPO) or `Replay` (DQN) only says where an iteration's data comes from, the
+learner's own envs or rollout workers, so both modes run the same loop.
+
+A result reports a loss only when it was computed: an iteration without a gradient step
+leaves the key out (a user's agent may set it to None; the trial drops it). A NaN that a
+learner did compute is divergence (tune_runner.audit.check_finite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
+
+
+class Learner(Protocol):
+    """Any agent a trial runs."""
+
+    def train_iteration(self) -> Mapping[str, Any]:
+        """One iteration's metrics; at least episode_return_mean and env_steps."""
+
+    def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
+        """Actions for a batch of observations."""
+
+
+class Sampler(Protocol):
+    """Where an iteration's env steps come from."""
+
+    def sample(self, num_steps: int) -> dict[str, Any]:
+        """At least `num_steps` env steps acted with the learner's current weights, already counted into
+        its env_steps and episodes; the batch as the learner's own `collect` returns it."""
+
+
+class Replay(Sampler, Protocol):
+    """DQN's source: sampled transitions go into a replay memory that minibatches are drawn from."""
+
+    round_steps: int | None
+    """Env steps sampled before each round of gradient steps; None: the whole iteration in one round."""
+
+    def size(self) -> int:
+        """Transitions the replay memory holds."""
+
+    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
+        """`count` minibatches of `batch_size` transitions each."""
+
+
+class OwnLearner(Learner, Protocol):
+    """Our PPO and DQN, as rollout mode sees them."""
+
+    config: Any
+    env_steps: int
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """The networks a rollout worker acts with, as numpy arrays."""
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
+        """Act with `get_weights`' output."""
+
+    def collect(self, num_steps: int) -> dict[str, Any]:
+        """Act in this learner's own envs; the batch, counted into its own env steps and episodes."""
+
+    def absorb(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Count batches collected elsewhere into this learner; them merged as one batch."""
+
+    def train_iteration(self, source: Any = None) -> dict[str, Any]:
+        """One iteration on this learner's own envs, or on `source` (a Sampler or a Replay)."""
+
+
+class LearnerBase:
+    """The bookkeeping PPO and DQN share: the lr schedule, remote batches, episode metrics."""
+
+    config: Any
+    optimizer: FlatAdam
+    stats: EpisodeStats
+    env_steps: int
+
+    def apply_lr_schedule(self) -> float:
+        """Set the optimizer's lr to the schedule's value at this learner's env steps; that value."""
+        self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
+        return self.optimizer.lr
+
+    def absorb(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Count batches collected elsewhere (rollout workers') into this learner's env steps and
+        episodes; them merged as one batch, with `env_steps` their sum."""
+        for batch in batches:
+            self.env_steps += int(batch["env_steps"])
+            self.stats.add_finished(batch["episode_returns"], batch["episode_lens"])
+        merged = self.merge(batches)
+        merged.update(env_steps=sum(int(b["env_steps"]) for b in batches),
+                      episode_returns=np.concatenate([b["episode_returns"] for b in batches]),
+                      episode_lens=np.concatenate([b["episode_lens"] for b in batches]))
+        return merged
+
+    def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The learner's own data of several batches as one (counts and episodes are merged by absorb)."""
+        raise NotImplementedError
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The return and length over the recent episodes, and the counters."""
+        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
+                "episodes": self.stats.episodes, "env_steps": self.env_steps}
+
