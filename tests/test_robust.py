@@ -341,7 +341,13 @@ def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
                                                                                    "robust_ci_high"}
 
 
-def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli):
+def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):
+    from tune_runner import runner
+
+    def no_ray(**_: object) -> None:
+        raise AssertionError("verify started Ray before checking the bundle")
+
+    monkeypatch.setattr(runner, "ensure_ray", no_ray)
     raw = _bundle(tmp_path, _sure_verdict())
     raw["evaluation"]["solved"] = "3/3"
     path = tmp_path / "broken.yaml"
