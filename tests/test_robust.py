@@ -5,8 +5,33 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
-from tune_runner.robust import Candidate, Evaluated, bootstrap_ci, iqm, overlap, plan, rank
+from tune_runner import verify
+from tune_runner.analysis import best_trial, ranked
+from tune_runner.errors import UserError
+from tune_runner.robust import (
+    CANDIDATE_KEY,
+    Candidate,
+    Evaluated,
+    SeedRun,
+    Target,
+    Verdict,
+    _seed_runs,
+    bootstrap_ci,
+    candidates,
+    describe,
+    fmt_steps,
+    headline,
+    iqm,
+    overlap,
+    plan,
+    rank,
+    scope,
+    summarise,
+    target_of,
+)
+from tune_runner.spec import load_spec
 
 
 def test_iqm_drops_a_quarter_at_each_end():
@@ -56,3 +81,278 @@ def test_the_automatic_stage_costs_at_most_the_searchs_own_trial_count():
     assert plan(5, top=None, seeds=None) == (2, 2)
     assert plan(3, top=None, seeds=None) is None
     assert plan(3, top=4, seeds=5) == (4, 5)        # asked for explicitly: no cap
+
+
+# --- with stop_at: solved share first, then the IQM of env steps to solve (an unsolved seed at the budget) ---
+
+TARGET = Target(475.0, 250_000)
+
+
+def _runs(*outcomes: tuple[float, int | None]) -> list[SeedRun]:
+    """Seeds 1000, 1001, ... with (final return, env steps when it reached 475 or None)."""
+    return [SeedRun(1000 + i, final, steps) for i, (final, steps) in enumerate(outcomes)]
+
+
+def _solved(name: str, *steps: int | None, final: float = 478.0, search_steps: int | None = None) -> Evaluated:
+    runs = _runs(*[(final if s is not None else 431.0, s) for s in steps])
+    return summarise(Candidate(name, {}, 478.0, search_steps), runs, target=TARGET)
+
+
+def test_fmt_steps_keeps_three_significant_digits():
+    assert [fmt_steps(s) for s in (96_000, 96_256, 146_000, 999_999, 1_250_000, 640, 0)] == \
+        ["96k", "96.3k", "146k", "1M", "1.25M", "640", "0"]
+    assert fmt_steps(math.nan) == "n/a"
+
+
+def test_an_unsolved_seed_counts_at_the_budget():
+    ev = _solved("b", 50_000, 50_000, None)
+    assert ev.solved == (True, True, False) and ev.steps == (50_000, 50_000, 250_000)
+    assert ev.steps_iqm == pytest.approx(350_000 / 3) and ev.share == pytest.approx(2 / 3)
+    assert ev.returns == (478.0, 478.0, 431.0) and ev.iqm == pytest.approx((478 + 478 + 431) / 3)
+    # Resampling three seeds draws all three at 50k (or all at 250k) 1 time in 27 (3.7% > 2.5%): the 95% CI
+    # reaches exactly from the fastest seed to the budget.
+    assert ev.steps_ci == (50_000.0, 250_000.0) == bootstrap_ci([50_000, 50_000, 250_000])
+    plain = summarise(Candidate("p", {}, 1.0), _runs((478.0, 60_000)), target=None)
+    assert plain.solved == () and plain.steps == () and math.isnan(plain.steps_iqm)
+
+
+def test_rank_by_solved_share_then_by_steps_to_solve():
+    slow_sure = _solved("slow-sure", 200_000, 200_000, 200_000)
+    fast_sure = _solved("fast-sure", 96_000, 96_000, 96_000, final=476.0)
+    fast_flaky = _solved("fast-flaky", 50_000, 50_000, None)  # the lowest steps IQM (117k)
+    verdict = rank([fast_flaky, slow_sure, fast_sure], mode="max", target=TARGET)
+    assert [e.candidate.trial_id for e in verdict.ranked] == ["fast-sure", "slow-sure", "fast-flaky"]
+    assert verdict.target == TARGET and verdict.clear
+    assert verdict.sentence() == "clear winner: its CI of env steps to 475 lies below the runner-up's"
+    # mode min flips only the final-metric tie-break: solving is still solving
+    assert rank([fast_flaky, slow_sure], mode="min", target=TARGET).winner.candidate.trial_id == "slow-sure"
+    # without stop_at the final metric's IQM ranks, as before: 478 beats 476
+    assert rank([fast_sure, slow_sure], mode="max").winner.candidate.trial_id == "slow-sure"
+
+
+def test_a_higher_share_alone_is_no_clear_winner():
+    verdict = rank([_solved("flaky", 50_000, 50_000, None), _solved("sure", 200_000, 200_000, 200_000)],
+                   mode="max", target=TARGET)
+    assert verdict.winner.candidate.trial_id == "sure" and not verdict.clear
+    assert verdict.sentence() == ("no clear winner: #1 solved more seeds (3/3 vs 2/3) but the CIs of env steps to 475 "
+                                  "of #1 and #2 overlap; more seeds would tell them apart")
+    sooner = rank([_solved("flaky", *[50_000] * 7, None), _solved("sure", *[240_000] * 8)], mode="max", target=TARGET)
+    assert sooner.winner.candidate.trial_id == "sure" and not sooner.clear
+    assert sooner.ranked[1].steps_ci[1] < 240_000
+    assert sooner.sentence() == ("no clear winner: #1 solved more seeds (8/8 vs 7/8) but #2 reached 475 sooner (its CI "
+                                 "of env steps to 475 lies below #1's); more seeds would tell them apart")
+    same = rank([_solved("a", 90_000, 100_000, 110_000), _solved("b", 95_000, 105_000, 115_000)], mode="max",
+                target=TARGET)
+    assert same.winner.candidate.trial_id == "a" and not same.clear
+    assert same.sentence().startswith("no clear winner: the CIs of env steps to 475 of #1 and #2 overlap")
+
+
+def test_when_no_seed_solved_the_final_metric_ranks_and_judges():
+    low = summarise(Candidate("low", {}, 1.0), _runs((300.0, None), (301.0, None), (302.0, None)), target=TARGET)
+    high = summarise(Candidate("high", {}, 1.0), _runs((400.0, None), (401.0, None), (402.0, None)), target=TARGET)
+    verdict = rank([low, high], mode="max", target=TARGET)
+    assert verdict.winner.candidate.trial_id == "high" and verdict.clear
+    assert verdict.sentence().startswith("no seed of #1 or #2 reached 475, so the final value's IQM ranks them; "
+                                         "clear winner")
+
+
+def test_the_summary_lines_say_solved_share_and_steps():
+    verdict = rank([_solved("flaky", 96_000, 100_000, None), _solved("sure", 96_000, 96_000, 96_000,
+                                                                     search_steps=120_000)],
+                   mode="max", target=TARGET)
+    assert describe(verdict, metric="episode_return_mean") == [
+        "#1 sure  solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 96k, 96k]  over seeds 1000-1002  "
+        "(search: solved at 120k env steps)",
+        "#2 flaky  solved 2/3 seeds, IQM 149k env steps to 475 [95% CI 96k, 250k]  over seeds 1000-1002  "
+        "(search: episode_return_mean 478.0, unsolved)",
+        "no clear winner: #1 solved more seeds (3/3 vs 2/3) but the CIs of env steps to 475 of #1 and #2 overlap; "
+        "more seeds would tell them apart"]
+    assert headline(verdict.winner, TARGET) == "solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 96k, 96k]"
+    assert scope(verdict) == "reevaluated: solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 96k, 96k]"
+
+
+class _Result:
+    """What reevaluate reads of one of Tune's results: its config and last metrics."""
+
+    def __init__(self, candidate: int, seed: int, **metrics: float) -> None:
+        self.config, self.metrics = {CANDIDATE_KEY: candidate, "seed": seed}, metrics
+
+
+def test_seed_runs_take_the_env_steps_where_the_last_result_reached_stop_at():
+    spec = load_spec("ppo_small")  # stop_at 475, mode max
+    grid = [_Result(0, 1000, episode_return_mean=480.0, env_steps=96_256),
+            _Result(0, 1001, episode_return_mean=474.9, env_steps=250_880),
+            _Result(1, 1000, episode_return_mean=math.nan, env_steps=100)]  # reported nothing finite: left out
+    runs = _seed_runs(grid, spec, count=2)
+    assert runs == {0: [SeedRun(1000, 480.0, 96_256), SeedRun(1001, 474.9, None)], 1: []}
+    low = spec.with_overrides(mode="min", stop_at=10.0)  # a loss: reaching means at or below
+    assert _seed_runs([_Result(0, 1000, episode_return_mean=9.5, env_steps=3_000),
+                       _Result(0, 1001, episode_return_mean=10.5, env_steps=9_000)], low, count=1) == \
+        {0: [SeedRun(1000, 9.5, 3_000), SeedRun(1001, 10.5, None)]}
+    assert target_of(spec) == Target(475.0, 250_000) and target_of(spec.with_overrides(stop_at=None)) is None
+
+
+class _Trial:
+    """What ranking reads of a search trial: id, config, last result (and, for a Best, its frame and path)."""
+
+    def __init__(self, trial_id: str, value: float, env_steps: int) -> None:
+        self.trial_id, self.config, self.path, self.status = trial_id, {"lr": 0.01, "env": "CartPole-v1"}, "/x", \
+            "TERMINATED"
+        self.last_result = {"episode_return_mean": value, "env_steps": env_steps}
+
+
+class _Analysis:
+    def __init__(self, trials: list[_Trial]) -> None:
+        import pandas as pd
+
+        self.trials = trials
+        self.trial_dataframes = {t.trial_id: pd.DataFrame([t.last_result]) for t in trials}
+
+    def get_best_trial(self, **_: object) -> None:
+        raise AssertionError("a search in which trials solved is not ranked by the last value")
+
+
+SEARCH = [_Trial("late", 482.0, 146_000), _Trial("unsolved", 474.0, 250_000), _Trial("soon", 476.0, 96_000),
+          _Trial("cut", 300.0, 75_000), _Trial("nan", math.nan, 1_000)]
+
+
+def test_search_candidates_with_stop_at_are_those_that_solved_soonest():
+    spec = load_spec("ppo_small")
+    picks = candidates(_Analysis(SEARCH), metric=spec.metric, mode="max", k=3, reached=spec.reached)
+    assert [(c.trial_id, c.search_steps) for c in picks] == [("soon", 96_000), ("late", 146_000), ("unsolved", None)]
+    assert picks[0].config == {"lr": 0.01} and picks[0].search_score == 476.0
+    by_value = candidates(_Analysis(SEARCH), metric=spec.metric, mode="max", k=2)
+    assert [c.trial_id for c in by_value] == ["late", "soon"]  # no stop_at: the last value, as before
+    assert [t.trial_id for t in ranked(SEARCH, metric=spec.metric, mode="min")] == ["cut", "unsolved", "soon", "late"]
+
+
+def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
+    from tune_runner.runner import _best_line
+
+    spec = load_spec("ppo_small")
+    best = best_trial(_Analysis(SEARCH), metric=spec.metric, mode="max", reached=spec.reached)
+    assert best.trial_id == "soon" and best.value == 476.0
+    assert best.scope == "solved soonest: 2 of 5 trials reached stop_at"
+    assert _best_line(spec, best, None) == ("episode_return_mean 476 at 96,000 env steps (solved soonest: 2 of 5 "
+                                            "trials reached stop_at 475)")
+
+
+def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:
+    from tune_runner import export
+    from tune_runner.analysis import Best
+
+    spec = load_spec("ppo_small").with_overrides(stop_at=stop_at)
+    best = Best(trial_id="sure", config={"env": spec.env, **spec.fixed, "lr": 0.004}, value=478.0,
+                metric=spec.metric, mode="max", scope=scope(verdict), last_result={"episode_return_mean": 478.0},
+                trial_path="/x")
+    path = export.write(export.bundle(spec, best, experiment="e", verdict=verdict), tmp_path / "best.yaml")
+    return yaml.safe_load(path.read_text())
+
+
+def _sure_verdict() -> Verdict:
+    return rank([_solved("flaky", 96_000, 100_000, None), _solved("sure", 90_000, 96_000, 110_000)], mode="max",
+                target=TARGET)
+
+
+def test_the_bundle_says_how_the_winner_was_ranked_and_what_verify_checks(tmp_path):
+    raw = _bundle(tmp_path, _sure_verdict())
+    evaluation = raw["evaluation"]
+    assert evaluation["ranked_by"] == ("the share of seeds that reached episode_return_mean >= 475, then the IQM of "
+                                       "env steps to reach it (a seed that did not counts at the budget, 250,000)")
+    assert evaluation["summary"] == headline(_sure_verdict().winner, TARGET)
+    assert evaluation["summary"].startswith("solved 3/3 seeds, IQM 98.7k env steps to 475 [95% CI ")
+    assert evaluation["solved"] == [True, True, True] and evaluation["steps"] == [90_000, 96_000, 110_000]
+    assert evaluation["steps_iqm"] == pytest.approx(296_000 / 3) and len(evaluation["steps_ci"]) == 2
+    assert [(r["trial_id"], r["solved"], r["seeds"]) for r in evaluation["ranking"]] == [("sure", 3, 3),
+                                                                                        ("flaky", 2, 3)]
+    assert {"iqm", "ci", "returns", "clear_winner", "verdict"} <= set(evaluation)  # the final metric's, as before
+    assert raw["result"]["scope"].startswith("reevaluated: solved 3/3 seeds")
+    plain = _bundle(tmp_path, rank([_ev("a", 480, (470, 490)), _ev("b", 400, (380, 420))], mode="max"), stop_at=None)
+    assert "steps_ci" not in plain["evaluation"] and plain["evaluation"]["ranked_by"] == \
+        "the IQM of the final episode_return_mean"
+
+
+def test_verify_judges_a_stop_at_bundle_by_solved_share_and_steps(tmp_path):
+    said = verify.claim(_bundle(tmp_path, _sure_verdict()), "best.yaml")
+    low, high = said.ci
+    assert said.solved == (3, 3) and said.stop_at == 475.0 and low <= 98_700 <= high
+    holds, line = verify.judge(said, _solved("again", 92_000, 99_000, 104_000))
+    assert holds and line == (f"solved 3/3 seeds, IQM 98.3k env steps to 475 [95% CI "
+                              f"{fmt_steps(bootstrap_ci([92_000, 99_000, 104_000])[0])}, "
+                              f"{fmt_steps(bootstrap_ci([92_000, 99_000, 104_000])[1])}] over seeds 1000-1002 "
+                              f"(env steps 92k, 99k, 104k); the bundle's: solved 3/3 seeds, IQM 98.7k env steps to "
+                              f"475 [95% CI {fmt_steps(low)}, {fmt_steps(high)}]: as large a share solved and the IQM "
+                              f"inside the CI, the config holds")
+    fewer, line = verify.judge(said, _solved("again", 92_000, 99_000, 104_000, None, 95_000))  # IQM inside, 4/5
+    assert not fewer and "FEWER seeds solved (4/5 vs 3/3), the config does not reproduce" in line
+    slow, line = verify.judge(said, _solved("again", 200_000, 210_000, 220_000))
+    assert not slow and line.endswith("the IQM is OUTSIDE the CI, the config does not reproduce")
+
+
+def test_verify_judges_a_bundle_from_before_the_steps_ranking_by_the_final_metric(tmp_path):
+    old = _bundle(tmp_path, _sure_verdict())
+    for key in ("ranked_by", "summary", "solved", "steps", "steps_iqm", "steps_ci"):
+        del old["evaluation"][key]
+    old["evaluation"]["ci"] = [470.0, 480.0]
+    said = verify.claim(old, "best.yaml")
+    assert said.solved is None and said.ci == (470.0, 480.0)
+    again = summarise(Candidate("b", {}, 0.0), _runs((476.0, 90_000), (477.0, 95_000)), target=TARGET)
+    assert verify.judge(said, again) == (True, "IQM 476.5 over seeds 1000-1001 (returns 476.0, 477.0); the bundle's "
+                                               "CI is [470.0, 480.0]: inside, the config holds")
+    worse = summarise(Candidate("b", {}, 0.0), _runs((431.0, None), (440.0, None)), target=TARGET)
+    assert verify.judge(said, worse)[0] is False
+
+
+def test_verify_refuses_a_bundle_without_a_claim_naming_the_key(tmp_path):
+    raw = _bundle(tmp_path, _sure_verdict())
+    raw["evaluation"]["steps_ci"] = [1]
+    with pytest.raises(UserError, match=r"best.yaml: evaluation.steps_ci: expected \[low, high\] env steps"):
+        verify.claim(raw, "best.yaml")
+    raw["evaluation"] = {"protocol": "single run"}
+    with pytest.raises(UserError, match="evaluation.ci: missing; verify needs a bundle exported after a re-eval"):
+        verify.claim(raw, "best.yaml")
+
+
+def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
+    import json
+
+    from tune_runner.html_report import _verdict_table, save_verdict
+
+    saved = json.loads(save_verdict(_sure_verdict(), tmp_path, metric="episode_return_mean").read_text())
+    table = _verdict_table(saved)
+    assert "<th>solved</th><th>IQM env steps to 475</th>" in table
+    assert "<td>1</td><td>sure</td><td>3/3</td><td>98.7k</td>" in table and "<td>2/3</td>" in table
+    assert "90k, 96k, 110k" in table and _sure_verdict().sentence() in table
+    plain = json.loads(save_verdict(rank([_ev("a", 480, (470, 490))], mode="max"), tmp_path, metric="r").read_text())
+    assert "<td>a</td><td>480.0</td><td>[470.0, 490.0]</td><td>480.0, 480.0</td>" in _verdict_table(plain)
+
+
+def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
+    from tune_runner.runner import _robust_metrics
+
+    values = _robust_metrics(_sure_verdict())
+    winner = _sure_verdict().winner
+    assert values == {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1],
+                      "robust_solved_share": 1.0, "robust_solved_seeds": 3, "robust_seeds": 3,
+                      "robust_steps_to_solve_iqm": pytest.approx(296_000 / 3),
+                      "robust_steps_to_solve_ci_low": winner.steps_ci[0],
+                      "robust_steps_to_solve_ci_high": winner.steps_ci[1]}
+    assert set(_robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",
+                                                                                   "robust_ci_high"}
+
+
+def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):
+    from tune_runner import runner
+
+    def no_ray(**_: object) -> None:
+        raise AssertionError("verify started Ray before checking the bundle")
+
+    monkeypatch.setattr(runner, "ensure_ray", no_ray)
+    raw = _bundle(tmp_path, _sure_verdict())
+    raw["evaluation"]["solved"] = "3/3"
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = cli("verify", str(path))
+    assert result.status == 2 and result.out == ""
+    assert result.err.strip() == (f"tune-rl: {path}: evaluation.solved: expected a list of true/false per seed, got "
+                                  f"'3/3'; export the bundle again")

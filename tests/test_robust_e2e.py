@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tune_runner.oracle import peak, seed_offset
+from tune_runner.robust import iqm
 
 HERE_ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -29,6 +30,14 @@ def lucky_seed(seed_noise: float) -> int:
         if single[DECOY] > single[TRUE_BEST] + 30:
             return seed
     raise AssertionError("no lucky seed")
+
+
+def _final(config: dict, *, budget: int) -> float:
+    """The oracle's last return after `budget` env steps, from its published rule (rate 0.5, 1,000 steps each)."""
+    level = 0.0
+    for _ in range(budget // 1000):
+        level += 0.5 * (peak(config) - level)
+    return level + seed_offset(config)
 
 
 def oracle_file(path: Path, *, seed: int, seed_noise: float, reevaluate) -> Path:
@@ -58,7 +67,74 @@ def test_reevaluation_picks_the_true_optimum_over_a_lucky_decoy(ray_session, cli
     assert evaluation["ci"][0] <= evaluation["iqm"] <= evaluation["ci"][1] and len(evaluation["returns"]) == 8
     assert bundle["seeds"] == {"search": seed, "reevaluation": list(range(1000, 1008))}
     assert [r["trial_id"] for r in evaluation["ranking"]][0] != single_pick.trial_id
-    assert "robust" in result.out and ("clear winner" in result.out or "no clear winner" in result.out)
+    # The oracle is deterministic: on seeds 1000-1007 the optimum's IQM is 505.1 [480.3, 534.1] and the decoy's
+    # 413.8 [381.1, 439.5], computed from its known peak and seed offsets. The intervals are apart: a clear winner.
+    expected = {x: [_final(_config(x, s, 40.0), budget=10000) for s in range(1000, 1008)] for x in (TRUE_BEST, DECOY)}
+    assert evaluation["returns"] == pytest.approx(expected[TRUE_BEST])
+    assert [r["iqm"] for r in evaluation["ranking"]] == pytest.approx([iqm(expected[TRUE_BEST]), iqm(expected[DECOY])])
+    assert evaluation["iqm"] == pytest.approx(505.1, abs=0.05) and evaluation["clear_winner"] is True
+    assert "clear winner: its confidence interval does not overlap the runner-up's" in result.out
+    assert "no clear winner" not in result.out
+
+
+SOON, SLOW = 0.7, 0.3  # peaks 500 and about 426: both reach stop_at 400, the optimum in about half the steps
+STOP_AT, STEPS_BUDGET = 400.0, 30000
+
+
+def reached_at(x: float, seed: int) -> int | None:
+    """Env steps at which the oracle (rate 0.15, seed_noise 20) first reports >= STOP_AT; None within the budget."""
+    config = {**_config(x, seed, 20.0), "rate": 0.15}
+    level = 0.0
+    for steps in range(1000, STEPS_BUDGET + 1, 1000):
+        level += 0.15 * (peak(config) - level)
+        if level + seed_offset(config) >= STOP_AT:
+            return steps
+    return None
+
+
+def test_with_stop_at_the_config_that_solves_reliably_and_soonest_wins_and_verify_checks_it(
+        ray_session, cli, _isolated_home, tmp_path):
+    from tune_runner.robust import CONFIDENCE, bootstrap_ci, fmt_steps
+
+    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": STEPS_BUDGET}, "stop_at": STOP_AT,
+           "searcher": "random", "scheduler": "fifo", "num_samples": 1, "reevaluate": {"top": 2, "seeds": 6},
+           "fixed": {"optimum": OPTIMUM, "log_scale": ["lr"], "lr": 1.0e-3, "seed": 0, "seed_noise": 20.0,
+                     "rate": 0.15},
+           "space": {"x": {"grid": [SLOW, SOON]}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = cli("search", "--space", str(path), "--name", "soonest")
+    assert result.status == 0, result.err
+    steps = {x: [reached_at(x, s) for s in range(1000, 1006)] for x in (SOON, SLOW)}
+    assert steps[SLOW].count(None) == 1 and None not in steps[SOON]  # the slow config misses one seed
+
+    def line(x: float) -> str:
+        counted = [s if s is not None else STEPS_BUDGET for s in steps[x]]
+        low, high = bootstrap_ci(counted)
+        return (f"solved {6 - steps[x].count(None)}/6 seeds, IQM {fmt_steps(iqm(counted))} env steps to 400 "
+                f"[{CONFIDENCE:.0%} CI {fmt_steps(low)}, {fmt_steps(high)}]")
+
+    assert line(SOON) == "solved 6/6 seeds, IQM 10.5k env steps to 400 [95% CI 10k, 11.5k]"
+    bundle_path = _isolated_home / "results" / "soonest" / "best.yaml"
+    bundle = yaml.safe_load(bundle_path.read_text())
+    evaluation = bundle["evaluation"]
+    assert bundle["config"]["x"] == SOON and evaluation["summary"] == line(SOON)
+    assert evaluation["steps"] == steps[SOON] and evaluation["solved"] == [True] * 6
+    assert [(r["summary"], r["solved"]) for r in evaluation["ranking"]] == [(line(SOON), 6), (line(SLOW), 5)]
+    assert evaluation["ranked_by"].startswith("the share of seeds that reached episode_return_mean >= 400")
+    assert f"best       {bundle['source']['trial_id']}  {line(SOON)} on fresh seeds" in result.out
+    assert f"robust     #1 {bundle['source']['trial_id']}  {line(SOON)}  over seeds 1000-1005" in result.out
+    assert "clear winner: its CI of env steps to 400 lies below the runner-up's" in result.out
+
+    held = cli("verify", str(bundle_path), "--seeds", "3")  # seeds 1006-1008 solve at 9k, 9k, 13k: IQM 10.3k
+    assert held.status == 0, held.out + held.err
+    assert "verify     solved 3/3 seeds, IQM 10.3k env steps to 400" in held.out
+    assert f"the bundle's: {line(SOON)}: as large a share solved and the IQM inside the CI" in held.out
+    bundle["evaluation"]["steps_ci"] = [20000, 25000]
+    tampered = tmp_path / "tampered.yaml"
+    tampered.write_text(yaml.safe_dump(bundle, sort_keys=False))
+    failed = cli("verify", str(tampered), "--seeds", "3")
+    assert failed.status == 1 and "the IQM is OUTSIDE the CI, the config does not reproduce" in failed.out
 
 
 def test_bundle_stands_alone_and_train_config_feeds_the_same_resolved_config(ray_session, cli, _isolated_home,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,8 +90,29 @@ def score(history: Any, *, metric: str, mode: str, scope: str) -> float:
     return sum(tail) / len(tail)
 
 
-def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last") -> Best:
-    """The best trial under `scope`; Ray's own selection where it has that scope."""
+def ranked(trials: Iterable[Any], *, metric: str, mode: str, reached: Callable[[dict], bool] | None = None) -> list:
+    """Trials with a finite last `metric`, best first by that value. Given `reached` (a spec's stop_at test),
+    those whose last result reached stop_at come first, soonest (fewest env steps) first: they all stop at
+    about stop_at, so their final values tell them apart no more."""
+    sign = -1.0 if mode == "max" else 1.0
+
+    def key(trial: Any) -> tuple[bool, int, float]:
+        last = trial.last_result or {}
+        solved = reached is not None and reached(last)
+        return not solved, int(last.get("env_steps", 0)) if solved else 0, sign * float(last[metric])
+
+    return sorted((t for t in trials if _finite((t.last_result or {}).get(metric))), key=key)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last",
+               reached: Callable[[dict], bool] | None = None) -> Best:
+    """The best trial under `scope`; Ray's own selection where it has that scope. Under `last`, given
+    `reached` (the spec's stop_at test), a trial that reached stop_at beats any that did not, and of
+    those the one that got there with the fewest env steps wins (scope `solved soonest ...`)."""
     window = parse_scope(scope)
     ray_scope = {"last": "last", "max": "all"}.get(scope) or (f"last-{window}-avg" if window in (5, 10) else None)
     frames = analysis.trial_dataframes
@@ -101,7 +122,11 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last") ->
         raise UserError(f"--metric {metric}: no trial reported it; "
                         f"{unknown_name('metric', metric, reported) if reported else 'no results yet'}")
     scores = {t.trial_id: score(frames.get(t.trial_id), metric=metric, mode=mode, scope=scope) for t in trials}
-    if ray_scope:
+    solved = [t for t in trials if reached(t.last_result or {})] if reached is not None and scope == "last" else []
+    if solved:
+        chosen = ranked(solved, metric=metric, mode=mode, reached=reached)[0]
+        scope = f"solved soonest: {len(solved)} of {len(analysis.trials)} trials reached stop_at"
+    elif ray_scope:
         chosen = analysis.get_best_trial(metric=metric, mode=mode, scope=ray_scope, filter_nan_and_inf=True)
     else:
         finite = [t for t in trials if math.isfinite(scores[t.trial_id])]

@@ -194,7 +194,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
     resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
-    verify = sub.add_parser("verify", help="re-train an exported config and check its IQM lands in the bundle's CI")
+    verify = sub.add_parser("verify", help="re-train an exported config and check the bundle's claim holds: with "
+                                           "stop_at the solved share and the IQM of env steps to it, else the IQM of "
+                                           "the final metric, inside the bundle's CI")
     verify.add_argument("bundle", type=Path, help="a file written by tune-rl best --export (after a re-evaluation)")
     verify.add_argument("--seeds", type=int, default=3, metavar="N", help="fresh seeds to train on (default 3)")
     verify.add_argument("--storage", type=_storage, help=STORAGE_HELP)
@@ -411,18 +413,25 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     _positive("--reevaluate", args.reevaluate)
     _positive("--seeds", args.seeds)
     loaded = analysis.load(path)
-    best = analysis.best_trial(loaded, metric=metric, mode=mode, scope=args.scope)
+    judged = spec
+    if (metric, mode) != (spec.metric, spec.mode):  # stop_at is a value of the space's own metric
+        from dataclasses import replace
+
+        judged = replace(spec, metric=metric, mode=mode, stop_at=None)
+    best = analysis.best_trial(loaded, metric=metric, mode=mode, scope=args.scope, reached=judged.reached)
     verdict = None
     if args.reevaluate:
-        verdict = _reevaluate_best(spec, loaded, path, args, out, metric=metric, mode=mode)
+        from tune_runner.robust import scope
+
+        verdict = _reevaluate_best(judged, loaded, path, args, out)
         best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=metric, mode=mode,
-                                   value=verdict.winner.iqm, scope="reevaluated IQM")
+                                   value=verdict.winner.iqm, scope=scope(verdict))
     if args.json:
         config = {k: v for k, v in best.config.items() if k not in export.ENV_KEYS}
         print(json.dumps(config, sort_keys=True, default=str), file=out)
     else:
         shown = tuple(k for k in best.config if k not in export.ENV_KEYS)
-        print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({args.scope}, {mode})", file=out)
+        print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({best.scope}, {mode})", file=out)
         print(f"config     {fmt_config(best.config, shown)}", file=out)
     if args.export:
         written = export.write(export.bundle(spec, best, experiment=path.name, verdict=verdict), args.export)
@@ -430,16 +439,14 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     return ExitStatus.OK
 
 
-def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespace, out: TextIO, *, metric: str,
-                     mode: str) -> Any:
-    from dataclasses import replace
+def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespace, out: TextIO) -> Any:
     from datetime import datetime
 
     from tune_runner import robust, runner
 
     runner.quiet_logs(verbose=False)
-    spec = replace(spec, metric=metric, mode=mode)
-    picks = robust.candidates(loaded, metric=metric, mode=mode, k=args.reevaluate)
+    metric = spec.metric
+    picks = robust.candidates(loaded, metric=metric, mode=spec.mode, k=args.reevaluate, reached=spec.reached)
     if not picks:
         raise UserError(f"--reevaluate {args.reevaluate}: no finished trial of {path.name} reported {metric}")
     runner.ensure_ray(num_cpus=args.num_cpus, verbose=False)
@@ -470,35 +477,13 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    from datetime import datetime
-
-    from tune_runner import export, paths, robust, runner
-    from tune_runner.spec import read_yaml
+    from tune_runner import paths, runner, verify
 
     _positive("--seeds", args.seeds)
-    spec = export.load(args.bundle)
-    raw = read_yaml(args.bundle)
-    evaluation = raw.get("evaluation") or {}
-    ci = evaluation.get("ci")
-    if not (isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)):
-        raise UserError(f"{args.bundle}: evaluation.ci: missing; verify needs a bundle exported after a "
-                        f"re-evaluation (tune-rl best EXP --reevaluate K --export FILE)")
-    used = [s for s in (raw.get("seeds") or {}).get("reevaluation", []) if isinstance(s, int)]
-    first = max(used, default=robust.SEED_BASE - 1) + 1
-    source = raw.get("source") or {}
-    pick = robust.Candidate(str(source.get("trial_id", "bundle")), dict(spec.fixed), float(evaluation.get("iqm", 0)))
+    bundle = verify.load(args.bundle)  # bad input answered before Ray starts
     runner.quiet_logs(verbose=args.verbose)
     runner.ensure_ray(num_cpus=args.num_cpus, verbose=args.verbose)
-    storage = args.storage or paths.default_storage()
-    verdict = robust.reevaluate(spec, [pick], seeds=args.seeds, storage=storage,
-                                name=f"verify-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}", out=out, first_seed=first)
-    again = verdict.winner
-    low, high = float(ci[0]), float(ci[1])
-    inside = low <= again.iqm <= high
-    print(f"verify     IQM {again.iqm:.1f} over seeds {again.seeds[0]}-{again.seeds[-1]} "
-          f"(returns {', '.join(f'{r:.1f}' for r in again.returns)}); the bundle's CI is [{low:.1f}, {high:.1f}]: "
-          f"{'inside, the config holds' if inside else 'OUTSIDE, the config does not reproduce'}", file=out)
-    return ExitStatus.OK if inside else ExitStatus.ERROR
+    return verify.run(bundle, seeds=args.seeds, storage=args.storage or paths.default_storage(), out=out)
 
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO) -> int:

@@ -31,18 +31,8 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     seeds = {"search": config.get("seed", 0)}
     evaluation: dict[str, Any] = {"protocol": f"single run: {spec.metric} at the end of the trial ({best.scope})"}
     if verdict is not None:
-        from tune_runner import robust
-
-        winner = verdict.winner
-        seeds["reevaluation"] = list(winner.seeds)
-        evaluation = {
-            "protocol": f"top {len(verdict.ranked)} configs re-trained on {len(winner.seeds)} fresh seeds with the "
-                        f"search's budget; final {spec.metric}; interquartile mean with a percentile-bootstrap "
-                        f"{robust.CONFIDENCE:.0%} CI ({robust.BOOTSTRAP_RESAMPLES} resamples, seed 0)",
-            "iqm": winner.iqm, "ci": list(winner.ci), "returns": list(winner.returns),
-            "clear_winner": verdict.clear, "verdict": verdict.sentence(),
-            "ranking": [{"trial_id": e.candidate.trial_id, "iqm": e.iqm, "ci": list(e.ci)} for e in verdict.ranked],
-        }
+        seeds["reevaluation"] = list(verdict.winner.seeds)
+        evaluation = _evaluation(spec, verdict)
     return {
         "tune_rl_format": FORMAT,
         "description": f"best trial of {experiment} ({spec.name})",
@@ -63,6 +53,41 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         "checkpoint": str(checkpoint.resolve()) if (checkpoint := last_checkpoint(best.trial_path)) else None,
         "versions": versions(),
     }
+
+
+def _evaluation(spec: ExperimentSpec, verdict: Any) -> dict[str, Any]:
+    """How the re-evaluation judged the winner. With stop_at, `ranked_by` says the ranking was by solved
+    share, then the IQM of env steps to solve; `summary`, `solved`, `steps`, `steps_iqm` and `steps_ci` hold
+    it (what `tune-rl verify` checks). `iqm`, `ci` and `returns` are the final metric's, as always."""
+    from tune_runner import robust
+
+    winner, target = verdict.winner, verdict.target
+    ranked_by = f"the IQM of the final {spec.metric}"
+    if target is not None:
+        ranked_by = (f"the share of seeds that reached {spec.metric} {'>=' if spec.mode == 'max' else '<='} "
+                     f"{target.label}, then the IQM of env steps to reach it (a seed that did not counts at "
+                     f"the budget, {target.budget:,})")
+    evaluation: dict[str, Any] = {
+        "protocol": f"top {len(verdict.ranked)} configs re-trained on {len(winner.seeds)} fresh seeds with the "
+                    f"search's budget; ranked by {ranked_by}; interquartile mean with a percentile-bootstrap "
+                    f"{robust.CONFIDENCE:.0%} CI ({robust.BOOTSTRAP_RESAMPLES} resamples, seed 0)",
+        "ranked_by": ranked_by}
+    if target is not None:
+        evaluation.update(summary=robust.headline(winner, target), solved=list(winner.solved),
+                          steps=list(winner.steps), steps_iqm=winner.steps_iqm, steps_ci=list(winner.steps_ci))
+    evaluation.update(iqm=winner.iqm, ci=list(winner.ci), returns=list(winner.returns), clear_winner=verdict.clear,
+                      verdict=verdict.sentence(), ranking=[_ranking_row(e, target) for e in verdict.ranked])
+    return evaluation
+
+
+def _ranking_row(evaluated: Any, target: Any) -> dict[str, Any]:
+    from tune_runner.robust import headline
+
+    row = {"trial_id": evaluated.candidate.trial_id, "iqm": evaluated.iqm, "ci": list(evaluated.ci)}
+    if target is not None:
+        row.update(summary=headline(evaluated, target), solved=sum(evaluated.solved), seeds=len(evaluated.solved),
+                   steps_iqm=evaluated.steps_iqm, steps_ci=list(evaluated.steps_ci))
+    return row
 
 
 def versions() -> dict[str, str | None]:

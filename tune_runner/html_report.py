@@ -5,7 +5,8 @@
                       parallel_coordinates.png   hyperparameters, one line per trial, coloured by return
                       importances.png            Optuna's fANOVA importances over the finished trials
                       trials.csv                 one row per trial
-                      reevaluation.json          the re-evaluation's ranking (IQM and CI), when it ran
+                      reevaluation.json          the re-evaluation's ranking (IQM and CI; with stop_at, solved
+                                                 share and env steps to it), when it ran
 
 Importances use Optuna's evaluator on the finished trials whatever searcher produced them:
 each trial becomes a completed Optuna trial with the space's distributions.
@@ -29,13 +30,18 @@ REEVALUATION_FILE = "reevaluation.json"
 
 def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
     """The re-evaluation's ranking as JSON in the experiment folder (the report's top-K table reads it)."""
-    from tune_runner.robust import describe
+    from tune_runner.robust import describe, headline
 
+    target = verdict.target
     data = {"metric": metric, "clear_winner": verdict.clear, "verdict": verdict.sentence(),
-            "lines": describe(verdict, metric=metric),
-            "ranking": [{"trial_id": e.candidate.trial_id, "config": e.candidate.config,
-                         "search_score": e.candidate.search_score, "seeds": list(e.seeds),
-                         "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci)} for e in verdict.ranked]}
+            "stop_at": target.value if target else None, "lines": describe(verdict, metric=metric), "ranking": []}
+    for e in verdict.ranked:
+        row = {"trial_id": e.candidate.trial_id, "config": e.candidate.config, "search_score": e.candidate.search_score,
+               "seeds": list(e.seeds), "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci)}
+        if target is not None:
+            row.update(summary=headline(e, target), solved=list(e.solved), steps=list(e.steps),
+                       steps_iqm=e.steps_iqm, steps_ci=list(e.steps_ci), search_steps=e.candidate.search_steps)
+        data["ranking"].append(row)
     path = folder / REEVALUATION_FILE
     path.write_text(json.dumps(data, indent=1, default=str))
     return path
@@ -182,14 +188,7 @@ def _page(title: str, spec: ExperimentSpec, table: Any, figures: list[str], scor
              f"steps; searcher {e(spec.searcher.name)}, scheduler {e(spec.scheduler.name)}; metric "
              f"{e(spec.metric)} ({e(spec.mode)}).</p>"]
     if reevaluation:
-        parts.append("<h2 id='top'>Top configs, re-evaluated on fresh seeds</h2><table><tr><th>#</th><th>trial</th>"
-                     "<th>IQM</th><th>95% CI</th><th>returns</th><th>search score</th></tr>")
-        for place, row in enumerate(reevaluation["ranking"], 1):
-            returns = ", ".join(f"{r:.1f}" for r in row["returns"])
-            parts.append(f"<tr><td>{place}</td><td>{e(row['trial_id'])}</td><td>{row['iqm']:.1f}</td>"
-                         f"<td>[{row['ci'][0]:.1f}, {row['ci'][1]:.1f}]</td><td>{returns}</td>"
-                         f"<td>{row['search_score']:.1f}</td></tr>")
-        parts.append(f"</table><p><b>{e(reevaluation['verdict'])}</b></p>")
+        parts.append(_verdict_table(reevaluation))
     captions = {"learning_curves.png": "Learning curves", "parallel_coordinates.png": "Hyperparameters",
                 "importances.png": "Hyperparameter importances"}
     for name in figures:
@@ -201,6 +200,39 @@ def _page(title: str, spec: ExperimentSpec, table: Any, figures: list[str], scor
     parts.append(table.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="", border=0))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _verdict_table(reevaluation: dict) -> str:
+    """The re-evaluation's ranking; with stop_at (rows with `steps_ci`) by solved share and env steps to it."""
+    from tune_runner.robust import fmt_steps
+
+    e, rows = html.escape, reevaluation["ranking"]
+    by_steps = reevaluation.get("stop_at") is not None and all("steps_ci" in row for row in rows)
+    head = ("<th>solved</th><th>IQM env steps to {}</th><th>95% CI</th><th>env steps per seed</th>"
+            "<th>final IQM</th>".format(f"{reevaluation['stop_at']:g}") if by_steps
+            else "<th>IQM</th><th>95% CI</th><th>returns</th>")
+    parts = ["<h2 id='top'>Top configs, re-evaluated on fresh seeds</h2>"
+             f"<table><tr><th>#</th><th>trial</th>{head}<th>search score</th></tr>"]
+    for place, row in enumerate(rows, 1):
+        if by_steps:
+            low, high = row["steps_ci"]
+            cells = (f"<td>{sum(row['solved'])}/{len(row['solved'])}</td><td>{fmt_steps(row['steps_iqm'])}</td>"
+                     f"<td>[{fmt_steps(low)}, {fmt_steps(high)}]</td>"
+                     f"<td>{', '.join(fmt_steps(s) for s in row['steps'])}</td><td>{row['iqm']:.1f}</td>")
+        else:
+            returns = ", ".join(f"{r:.1f}" for r in row["returns"])
+            cells = f"<td>{row['iqm']:.1f}</td><td>[{row['ci'][0]:.1f}, {row['ci'][1]:.1f}]</td><td>{returns}</td>"
+        parts.append(f"<tr><td>{place}</td><td>{e(row['trial_id'])}</td>{cells}<td>{_search(row)}</td></tr>")
+    parts.append(f"</table><p><b>{e(reevaluation['verdict'])}</b></p>")
+    return "".join(parts)
+
+
+def _search(row: dict) -> str:
+    from tune_runner.robust import fmt_steps
+
+    if row.get("search_steps") is not None:
+        return f"solved at {fmt_steps(row['search_steps'])}"
+    return f"{row['search_score']:.1f}"
 
 
 def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path) -> str | None:

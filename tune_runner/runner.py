@@ -382,15 +382,17 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     counts = analysis.statuses(loaded, ending=spec.ending)
     errors = Counter(tracking.last_error_line(t) for t in loaded.trials if t.status == "ERROR")
     try:
-        best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last")
+        best = analysis.best_trial(loaded, metric=spec.metric, mode=spec.mode, scope="last", reached=spec.reached)
     except UserError:
         best = None
     verdict = None
     if best is not None and options.reevaluate and spec.reevaluate is not False:
         verdict = _reevaluate(spec, loaded, exp_path, options, out or sys.stdout)
         if verdict is not None:
+            from tune_runner.robust import scope
+
             best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=spec.metric,
-                                       mode=spec.mode, value=verdict.winner.iqm, scope="reevaluated IQM")
+                                       mode=spec.mode, value=verdict.winner.iqm, scope=scope(verdict))
     export_path = None
     if best is not None and options.export:
         export_path = export.write(export.bundle(spec, best, experiment=exp_path.name, verdict=verdict),
@@ -409,7 +411,8 @@ def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunO
     settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
     top, seeds = options.top or settings.get("top"), options.seeds or settings.get("seeds")
     shape = robust.plan(spec.num_trials, top=top, seeds=seeds)
-    picks = robust.candidates(loaded, metric=spec.metric, mode=spec.mode, k=shape[0]) if shape else []
+    picks = robust.candidates(loaded, metric=spec.metric, mode=spec.mode, k=shape[0],
+                              reached=spec.reached) if shape else []
     if shape is None or len(picks) < 2 and top is None:
         print(f"re-evaluation skipped: {spec.num_trials} trial(s) is too few for {robust.DEFAULT_TOP} configs x "
               f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
@@ -459,14 +462,30 @@ def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcom
     if outcome.audit:
         mlflow.set_tag(parent, "tune_rl.pbt_audit", outcome.audit)
     if outcome.verdict is not None:
-        winner = outcome.verdict.winner
-        values.update(robust_iqm=winner.iqm, robust_ci_low=winner.ci[0], robust_ci_high=winner.ci[1])
+        values.update(_robust_metrics(outcome.verdict))
         mlflow.set_tag(parent, "tune_rl.robust_verdict", outcome.verdict.sentence())
+        if outcome.verdict.target is not None:
+            from tune_runner.robust import headline
+
+            mlflow.set_tag(parent, "tune_rl.robust_summary", headline(outcome.verdict.winner, outcome.verdict.target))
     mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
                                       if math.isfinite(float(v))], params=params)
     for path in (outcome.export_path, *outcome.report):
         if path is not None:
             mlflow.log_artifact(parent, str(path))
+
+
+def _robust_metrics(verdict: Any) -> dict[str, float]:
+    """The re-evaluated winner's numbers for the parent run: the final metric's IQM and CI, and with stop_at
+    the share of seeds that solved and the IQM (and CI) of env steps to solve, which ranked it."""
+    winner = verdict.winner
+    values = {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1]}
+    if verdict.target is not None:
+        values.update(robust_solved_share=winner.share, robust_solved_seeds=sum(winner.solved),
+                      robust_seeds=len(winner.solved), robust_steps_to_solve_iqm=winner.steps_iqm,
+                      robust_steps_to_solve_ci_low=winner.steps_ci[0],
+                      robust_steps_to_solve_ci_high=winner.steps_ci[1])
+    return values
 
 
 def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, experiment_id: str,
@@ -503,9 +522,26 @@ def _stop_at(spec: ExperimentSpec) -> str:
         if spec.stop_at is not None else ""
 
 
+def _best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:
+    """What the best trial scored and how it was chosen: with stop_at, by solving (soonest, or on fresh seeds)."""
+    from tune_runner.progress import fmt_value
+
+    if verdict is not None and verdict.target is not None:
+        from tune_runner.robust import headline
+
+        return f"{headline(verdict.winner, verdict.target)} on fresh seeds (robust, below)"
+    steps = int(best.last_result.get("env_steps", 0))
+    line = f"{spec.metric} {fmt_value(best.value)} at {steps:,} env steps"
+    if spec.stop_at is None or verdict is not None:
+        return line
+    if spec.reached(best.last_result):
+        return f"{line} ({best.scope} {spec.stop_at:g})"
+    return f"{line} (no trial reached {spec.stop_at:g})"
+
+
 def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, model: Any,
              out: TextIO) -> None:
-    from tune_runner.progress import fmt_config, fmt_value
+    from tune_runner.progress import fmt_config
 
     minutes, seconds = divmod(int(outcome.seconds), 60)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
@@ -515,8 +551,7 @@ def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlf
         print(f"errors     {sum(outcome.errors.values())} trial(s) errored; most common ({times}x): {line}", file=out)
     best = outcome.best
     if best is not None:
-        steps = int(best.last_result.get("env_steps", 0))
-        print(f"best       {best.trial_id}  {spec.metric} {fmt_value(best.value)} at {steps:,} env steps", file=out)
+        print(f"best       {best.trial_id}  {_best_line(spec, best, outcome.verdict)}", file=out)
         print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
     if outcome.audit:
         print(f"pbt        {outcome.audit}", file=out)
