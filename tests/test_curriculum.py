@@ -230,8 +230,8 @@ def test_rllib_config_turns_env_task_fn_into_a_train_result_callback(tmp_path):
     config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": ref,
                                              "train_batch_size_per_learner": 64, "minibatch_size": 32})
     config.validate()
-    assert config.callbacks_on_train_result.func is curriculum.on_train_result
-    assert config.callbacks_on_train_result.keywords == {"ref": ref}
+    task_callback = config.callbacks_on_train_result[-1]  # after our episode count (test_rllib_episodes.py)
+    assert task_callback.func is curriculum.on_train_result and task_callback.keywords == {"ref": ref}
     assert config.env_task_fn != ref  # not handed to RLlib, which would refuse it
     assert trainables.resolved_config("rllib/PPO", {"env": LEVEL_ENV, "env_task_fn": ref})["env_task_fn"] == ref
 
@@ -262,6 +262,35 @@ def test_rllib_callback_sets_the_task_on_every_env_runner_and_reports_it(tmp_pat
     assert [e.level for env in envs for e in (s.unwrapped for s in env.envs)] == [2, 2, 2, 2]
 
 
+def test_the_task_function_sees_our_episode_return_not_rllibs(tmp_path):
+    """RLlib's dispatcher runs the config's on_train_result callbacks in order: our episode count, then the
+    curriculum, whose function gets the mean of the last episodes we counted (RLlib's figure says 500)."""
+    from ray.rllib.callbacks.utils import make_callback
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from tune_runner import rllib_episodes
+
+    fn = write(tmp_path / "by_return.py", """
+        def by_return(results, env, ctx):
+            return results["episode_return_mean"]
+    """)
+    config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:by_return"})
+    env = gym.make_vec(LEVEL_ENV, num_envs=1, vectorization_mode="sync")
+    algorithm = fake_algorithm(env)
+    algorithm.config = SimpleNamespace(metrics_num_episodes_for_smoothing=100)
+    _, remote = algorithm.env_runner_group.foreach_env_runner(lambda r: r)
+    for episode_return in (6.0, 8.0):
+        episode = SingleAgentEpisode()
+        episode.add_env_reset(observation=0)
+        episode.add_env_step(observation=0, action=0, reward=episode_return, terminated=True)
+        rllib_episodes.on_episode_end(episode=episode, env_runner=remote)
+    result = {"training_iteration": 1, "num_env_steps_sampled_lifetime": 2,
+              "env_runners": {"episode_return_mean": 500.0}}
+    make_callback("on_train_result", callbacks_functions=config.callbacks_on_train_result,
+                  kwargs={"algorithm": algorithm, "metrics_logger": None, "result": result})
+    assert result["curriculum"] == {"task": 7.0}
+
+
 def test_rllib_callback_raises_what_an_env_runner_hit(tmp_path):
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
@@ -285,7 +314,7 @@ def test_rllib_callback_on_a_real_local_env_runner(tmp_path, monkeypatch):
     group = SimpleNamespace(foreach_env_runner=lambda func: [func(runner)])
     algorithm = SimpleNamespace(env_runner_group=group, eval_env_runner_group=None)
     result = {"training_iteration": 5, "num_env_steps_sampled_lifetime": 40, "env_runners": {}}
-    config.callbacks_on_train_result(algorithm=algorithm, metrics_logger=None, result=result)
+    config.callbacks_on_train_result[-1](algorithm=algorithm, metrics_logger=None, result=result)
     assert result["curriculum"] == {"task": 5.0}
     episodes = runner.sample(num_episodes=2, explore=True, force_reset=True)
     assert {float(o[0]) for e in episodes for o in e.get_observations()} == {5.0}

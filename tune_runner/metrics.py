@@ -6,14 +6,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# Our name -> path in RLlib's (new API stack) nested result dict.
+# Our name -> path in RLlib's (new API stack) nested result dict. The episode figures are ours
+# (`tune_rl/...`, the last metrics_num_episodes_for_smoothing episodes, see tune_runner.rllib_episodes);
+# RLlib's own return, which covers only the latest iteration's episodes, keeps another name.
 RLLIB_METRICS: dict[str, str] = {
-    "episode_return_mean": "env_runners/episode_return_mean",
-    "episode_return_max": "env_runners/episode_return_max",
-    "episode_return_min": "env_runners/episode_return_min",
-    "episode_len_mean": "env_runners/episode_len_mean",
+    "episode_return_mean": "tune_rl/episode_return_mean",
+    "episode_return_max": "tune_rl/episode_return_max",
+    "episode_return_min": "tune_rl/episode_return_min",
+    "episode_len_mean": "tune_rl/episode_len_mean",
+    "episodes": "tune_rl/episodes",
+    "rllib_episode_return_mean": "env_runners/episode_return_mean",
     "env_steps": "num_env_steps_sampled_lifetime",
-    "episodes": "env_runners/num_episodes_lifetime",
     "policy_loss": "learners/default_policy/policy_loss",
     "vf_loss": "learners/default_policy/vf_loss",
     "vf_explained_var": "learners/default_policy/vf_explained_var",
@@ -43,9 +46,10 @@ def lookup(result: Mapping[str, Any], path: str) -> Any:
 def from_rllib(result: Mapping[str, Any], *, previous: Mapping[str, float] | None = None) -> dict[str, float]:
     """Our metrics from one RLlib `Algorithm.train()` result.
 
-    A metric RLlib did not report this iteration is left out, except the return, which
-    keeps its previous value (NaN before the first finished episode) so schedulers
-    always see it. `sps` is env steps per second of this iteration.
+    The episode figures come from our window (tune_runner.rllib_episodes, NaN before the
+    first finished episode). A metric missing from the result is left out, except the
+    return, which keeps its previous value so schedulers always see it (RLlib's own figure
+    never stands in for it). `sps` is env steps per second of this iteration.
     """
     previous = previous or {}
     out: dict[str, float] = {}

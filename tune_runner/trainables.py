@@ -12,8 +12,9 @@ trainable name and dispatch to the backend.
 
 from __future__ import annotations
 
-import math
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -29,6 +30,7 @@ ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
 # Keys of our trial config that are not RLlib AlgorithmConfig attributes.
 ENV_KEYS = ("env", "env_config", "tune_rl_candidate", "tune_rl_plugins")  # ours, not RLlib settings
+EPISODE_WINDOW_FILE = "tune_rl_episode_window.json"  # beside RLlib's state in an rllib/* checkpoint
 
 
 def rllib_algorithms() -> list[str]:
@@ -80,19 +82,21 @@ def resolve(trainable: str) -> str:
 def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
 
-    `env_task_fn` becomes an `on_train_result` callback (RLlib 2.60 no longer calls it itself),
-    and an env with action masks gets our masking RLModule.
+    Our callbacks count the finished episodes (tune_runner.rllib_episodes: the return we report),
+    `env_task_fn` becomes an `on_train_result` callback after it (RLlib 2.60 no longer calls it
+    itself; it then sees our return), and an env with action masks gets our masking RLModule.
     """
     from ray.rllib.algorithms.registry import _get_algorithm_class
 
-    from tune_runner import curriculum, masking
+    from tune_runner import curriculum, masking, rllib_episodes
 
     algo_config = _get_algorithm_class(algo).get_default_config()
     env_config = dict(config.get("env_config") or {})
     algo_config.environment(config["env"], env_config=env_config)
     algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN}))
+    rllib_episodes.install(algo_config)
     if config.get(TASK_FN):
-        algo_config.callbacks(on_train_result=curriculum.rllib_callback(config[TASK_FN]))
+        rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
     masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
     return algo_config
 
@@ -324,13 +328,27 @@ class RLlibTrainable(tune.Trainable):
         return True
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
+        from tune_runner import rllib_episodes
+
         self.algo.save_to_path(checkpoint_dir)
+        # Our episode window is no part of RLlib's state: it goes beside it, so PBT's exploit and a
+        # resume continue the same last-N mean (and lifetime episode count) as the trial they copy.
+        state = rllib_episodes.window_of(self.algo).get_state()
+        (Path(checkpoint_dir) / EPISODE_WINDOW_FILE).write_text(json.dumps(state))
 
     def load_checkpoint(self, checkpoint: str) -> None:
+        from tune_runner import rllib_episodes
+
         self.algo.restore_from_path(checkpoint)
         self._reapply_lr()
-        self._last = {"env_steps": self.algo.metrics.peek("num_env_steps_sampled_lifetime", default=0),
-                      "episode_return_mean": math.nan}
+        window = rllib_episodes.window_of(self.algo)
+        rllib_episodes.collect_all(self.algo)  # episodes this trial's runners finished before the restore
+        saved = Path(checkpoint) / EPISODE_WINDOW_FILE
+        # A checkpoint from before the window was saved: it restarts empty (NaN until an episode ends).
+        window.set_state(json.loads(saved.read_text()) if saved.is_file() else {"returns": [], "lengths": [],
+                                                                                  "episodes": 0})
+        self._last = {**window.metrics(),
+                      "env_steps": self.algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)}
 
     def _reapply_lr(self) -> None:
         """Restoring a checkpoint loads its optimizers' param groups, lr included; without an lr
