@@ -103,6 +103,8 @@ def test_bad_space_file(path, cli, _isolated_home):
      ["--storage s3://bucket/results: tune-rl best reads an experiment folder on this machine; copy the experiment"]),
     (["resume", "x", "--storage", "file:///nonexistent/results"],
      ["--storage file:///nonexistent/results: no x/tune_rl_spec.yaml there nor in ", "check the name and --storage"]),
+    (["resume", "x", "--max-failures", "3"],
+     ["unrecognized arguments: --max-failures 3; --max-failures is not a flag of this command"]),
     (["search", "--resume", "x", "--space", "oracle"],
      ["--space: a resumed search keeps the space and options it was started with", "run: tune-rl resume x"]),
     (["report", "x", "--storage", "s3://bucket/results"], ["tune-rl report reads an experiment folder on this"]),

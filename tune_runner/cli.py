@@ -30,8 +30,11 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if "unrecognized arguments:" in message:
             words = message.split(":", 1)[1].split()
-            near = closest(words[0].split("=")[0], _all_flags(self)) if words else None
-            if near:
+            word = words[0].split("=")[0] if words else ""
+            near = closest(word, _all_flags(self)) if word else None
+            if near == word:  # a flag of another command (tune-rl resume --max-failures)
+                message += f"; {word} is not a flag of this command"
+            elif near:
                 message += f"; did you mean {near}?"
         raise UserError(f"{message} (see {self.prog} --help)")
 
