@@ -174,3 +174,20 @@ def test_save_refuses_a_folder_that_appeared_meanwhile(tmp_path):
     with pytest.raises(UserError, match="--name exp: cannot create .*/exp"):
         resume.save(runner.local_folder(opts.storage, "exp"), spec=load_spec("oracle"), options=opts)
     assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["exp"]
+
+
+def test_the_report_finds_the_parent_run_by_search_id_or_by_a_quoted_path(tmp_path):
+    from tune_runner import html_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.client(uri)
+    exp_id = tracking.experiment_id(client, "oracle", uri)
+    spec = load_spec("oracle")
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "index.html").write_text("<html></html>")
+    old = runner._open_parent(client, exp_id, spec, "old", tmp_path / "it's old")
+    assert html_report.log_to_parent(uri, "oracle", tmp_path / "it's old", report) == old
+    new = runner._open_parent(client, exp_id, spec, "new", tmp_path / "was here", search_id="cd" * 16)
+    assert html_report.log_to_parent(uri, "oracle", tmp_path / "moved", report, search_id="cd" * 16) == new
+    assert [a.path for a in client.list_artifacts(new, "report")] == ["report/index.html"]

@@ -103,7 +103,11 @@ def download_files(uri: str, folder: Path, names: tuple[str, ...]) -> list[str]:
 
     fs, root = _filesystem(uri)
     root = root.rstrip("/")
-    there = fs.get_file_info([f"{root}/{name}" for name in names])
+    try:
+        there = fs.get_file_info([f"{root}/{name}" for name in names])
+    except OSError as exc:
+        raise UserError(f"--storage {uri}: cannot reach it ({_first_line(exc)}); check the URI and the "
+                        f"credentials for it") from None
     found = [name for name, info in zip(names, there, strict=True) if info.type == pyarrow.fs.FileType.File]
     if found:
         folder.mkdir(parents=True, exist_ok=True)
