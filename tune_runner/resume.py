@@ -106,8 +106,8 @@ def save(folder: Path, *, spec: ExperimentSpec, options: Any) -> None:
         os.rename(staging, folder)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"--name {folder.name}: cannot create {folder} ({exc.strerror}); choose another name") \
-            from None
+        raise UserError(f"--name {folder.name}: cannot create {folder} ({exc.strerror}); choose another --name "
+                        f"or --storage") from None
     if storage.is_uri(options.storage):
         storage.upload(folder, storage.join(options.storage, folder.name))
 
@@ -124,10 +124,11 @@ def finished(folder: Path) -> dict[str, int] | None:
     path = folder / FINISHED_MARK
     if not path.is_file():
         return None
+    text = path.read_text(errors="replace")
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raw = path.read_text(errors="replace")
+        raw = json.loads(text)
+    except ValueError:
+        raw = text
     counts = raw.get("counts") if isinstance(raw, dict) else None
     if not (isinstance(raw, dict) and raw.get("status") in ("finished", "failed") and isinstance(counts, dict)
             and all(isinstance(k, str) and _count(0)(v) for k, v in counts.items())):
