@@ -101,7 +101,12 @@ def test_bad_space_file(path, cli, _isolated_home):
      ["--storage ftp://host/results: unknown scheme 'ftp'; use a folder path or a URI with one of s3://"]),
     (["best", "x", "--storage", "s3://bucket/results"],
      ["--storage s3://bucket/results: tune-rl best reads an experiment folder on this machine; copy the experiment"]),
-    (["resume", "x", "--storage", "gs://bucket/results"], ["tune-rl resume reads an experiment folder on this"]),
+    (["resume", "x", "--storage", "file:///nonexistent/results"],
+     ["--storage file:///nonexistent/results: no x/tune_rl_spec.yaml there nor in ", "check the name and --storage"]),
+    (["resume", "x", "--max-failures", "3"],
+     ["unrecognized arguments: --max-failures 3; --max-failures is not a flag of this command"]),
+    (["search", "--resume", "x", "--space", "oracle"],
+     ["--space: a resumed search keeps the space and options it was started with", "run: tune-rl resume x"]),
     (["report", "x", "--storage", "s3://bucket/results"], ["tune-rl report reads an experiment folder on this"]),
     (["submit", "--space", "oracle"], ["--mlflow-uri: required by submit", "--mlflow-uri http://mlflow:5000"]),
     (["submit", "--space", "oracle", "--mlflow-uri", "sqlite:////tmp/m.db"],
@@ -185,3 +190,56 @@ def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
     assert_one_line_error(result, f"--mlflow-uri {url}: the server refused us (HTTP 401",
                           "MLFLOW_TRACKING_USERNAME")
     assert_nothing_written(_isolated_home)
+
+
+# --- saved state of an interrupted search (tune-rl resume) ----------------------------------------------------------
+
+STATE_CORPUS = sorted((HERE / "bad_inputs" / "saved_state").glob("*.txt"))
+
+
+def damage(case: Path, folder: Path) -> Path:
+    """Apply a saved-state case to a good search folder; what the error must name. Its header says how:
+    `# file: F` replaces F with the rest, `# patch: F` sets the YAML keys below in F (<missing> drops one),
+    `# remove: F` deletes F."""
+    import yaml
+
+    lines = case.read_text().splitlines(keepends=True)
+    how, target = lines[1].removeprefix("# ").strip().split(": ")
+    body = "".join(lines[2:])
+    path = folder / target
+    if how == "file":
+        path.write_text(body)
+    elif how == "patch":
+        raw = yaml.safe_load(path.read_text())
+        for key, value in yaml.safe_load(body).items():
+            raw.pop(key) if value == "<missing>" else raw.__setitem__(key, value)
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    else:
+        assert how == "remove", case
+        path.unlink()
+        return folder
+    return path
+
+
+def test_the_saved_state_fixture_resumes_when_undamaged(cli, _isolated_home, monkeypatch):
+    """What the corpus below damages: untouched, it reaches the point where a resume starts Ray."""
+    from tests.resume_helpers import options, record_runs, saved_search
+
+    started = record_runs(monkeypatch)
+    saved_search(options(_isolated_home, storage=_isolated_home / "results"))
+    result = cli("resume", "exp")
+    assert result.status == 0 and len(started) == 1, result.err
+
+
+@pytest.mark.parametrize("case", STATE_CORPUS, ids=[p.stem for p in STATE_CORPUS])
+def test_bad_saved_state(case, cli, _isolated_home, monkeypatch):
+    from tests.resume_helpers import options, record_runs, saved_search
+
+    started = record_runs(monkeypatch)
+    folder = saved_search(options(_isolated_home, storage=_isolated_home / "results"))
+    named = damage(case, folder)
+    before = sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*"))
+    result = cli("resume", "exp")
+    assert_one_line_error(result, str(named), expected(case))
+    assert started == []  # no Ray, no MLflow run: both start only inside runner.run
+    assert sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*")) == before

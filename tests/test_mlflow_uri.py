@@ -100,3 +100,6 @@ def test_redacted_hides_passwords_in_uris():
     assert redacted(f"postgresql://ann:{MARKER}@db:5432/mlflow") == "postgresql://ann:***@db:5432/mlflow"
     assert redacted(f"https://{MARKER}@host/") == "https://***@host/"
     assert redacted("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+    assert redacted(f"postgresql://db/mlflow?sslmode=require&password={MARKER}") == \
+        "postgresql://db/mlflow?sslmode=require&password=***"  # libpq takes it in the query string too
+    assert redacted(f"https://host/?access_token={MARKER}") == "https://host/?access_token=***"

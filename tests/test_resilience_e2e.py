@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -73,23 +75,27 @@ def assert_finished_without_restarts(exp: Path, trials: int) -> dict[str, int]:
     return lost
 
 
-def mlflow_run_count(home: Path, experiment: str) -> tuple[int, int]:
+def mlflow_run_count(home: Path, experiment: str, *, uri: str | None = None) -> tuple[int, int]:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    client = MlflowClient(uri or f"sqlite:///{home / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     return len(parents), len(runs) - len(parents)
 
 
 def test_ctrl_c_saves_exits_130_and_resume_finishes_without_redoing_work(ray_session, cli, _isolated_home, tmp_path):
+    """Started with a non-default --mlflow-uri: the printed command, which does not repeat it, continues the
+    same parent run in that store (the run options are saved with the search)."""
     space = slow_oracle(tmp_path / "s.yaml")
-    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc", "--num-cpus", "2")
+    store = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc", "--num-cpus", "2",
+                        "--mlflow-uri", store)
     wait_for(proc, "50%")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
-    assert "tune-rl resume cc" in out
+    assert "Continue it with:\n  tune-rl resume cc\n" in out
     deadline = time.monotonic() + 15
     while marked(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -102,14 +108,20 @@ def test_ctrl_c_saves_exits_130_and_resume_finishes_without_redoing_work(ray_ses
     lost = assert_finished_without_restarts(_isolated_home / "results" / "cc", 3)
     print(f"env steps re-run per trial after Ctrl-C: {lost}")
     assert max(lost.values()) <= 5 * STEP + STEP  # at most one checkpoint interval (5 iterations)
-    assert mlflow_run_count(_isolated_home, "s") == (1, 3)  # continued, not duplicated
+    assert mlflow_run_count(_isolated_home, "s", uri=store) == (1, 3)  # continued, not duplicated
+    assert not (_isolated_home / "mlflow.db").exists()  # nothing went to the default store
     again = cli("resume", "cc")
     assert again.status == 0 and "finished already" in again.out
 
 
-def test_a_second_ctrl_c_stops_at_once_and_the_search_still_resumes(ray_session, cli, _isolated_home, tmp_path):
+def test_a_second_ctrl_c_stops_at_once_and_the_search_still_resumes(ray_session, cli, _isolated_home, tmp_path,
+                                                                     monkeypatch):
+    """With a URI --storage; the printed command, run with another TUNE_RL_HOME (as on another machine: no local
+    copy, other default stores), fetches the saved state from the URI and continues the same MLflow runs."""
     space = slow_oracle(tmp_path / "d.yaml", trials=2)
-    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc2", "--num-cpus", "2")
+    bucket = (tmp_path / "bucket").as_uri()
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "cc2", "--num-cpus", "2",
+                        "--storage", bucket)
     wait_for(proc, "25%")
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:  # a user hammering Ctrl-C, exit hooks included
@@ -117,11 +129,17 @@ def test_a_second_ctrl_c_stops_at_once_and_the_search_still_resumes(ray_session,
         time.sleep(0.2)
     out, _ = proc.communicate(timeout=10)
     assert proc.returncode == 130, out
-    assert "Traceback" not in out and "tune-rl resume cc2" in out
-    result = cli("resume", "cc2")
+    assert "Traceback" not in out
+    printed = re.findall(r"(tune-rl resume .*)$", out, re.MULTILINE)[-1]
+    assert printed == f"tune-rl resume cc2 --storage {bucket}", out
+    elsewhere = tmp_path / "another-home"
+    monkeypatch.setenv("TUNE_RL_HOME", str(elsewhere))
+    result = cli(*shlex.split(printed)[1:])
     assert result.status == 0, result.out + result.err
-    assert_finished_without_restarts(_isolated_home / "results" / "cc2", 2)
+    assert "resuming: " in result.out
+    assert_finished_without_restarts(elsewhere / "results" / "cc2", 2)
     assert mlflow_run_count(_isolated_home, "d") == (1, 2)
+    assert not (elsewhere / "mlflow.db").exists()
 
 
 def test_kill_9_of_the_driver_leaves_no_ray_process_and_resume_finishes(ray_session, cli, _isolated_home, tmp_path):

@@ -30,8 +30,11 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if "unrecognized arguments:" in message:
             words = message.split(":", 1)[1].split()
-            near = closest(words[0].split("=")[0], _all_flags(self)) if words else None
-            if near:
+            word = words[0].split("=")[0] if words else ""
+            near = closest(word, _all_flags(self)) if word else None
+            if near == word:  # a flag of another command (tune-rl resume --max-failures)
+                message += f"; {word} is not a flag of this command"
+            elif near:
                 message += f"; did you mean {near}?"
         raise UserError(f"{message} (see {self.prog} --help)")
 
@@ -185,13 +188,16 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     rep.add_argument("experiment", help="an experiment name (under --storage) or folder path")
     rep.add_argument("--storage", type=_storage, help=STORAGE_HELP)
     rep.add_argument("--mlflow-uri", help="also log it to the search's MLflow parent run in this store "
-                                          "(default: the local store)")
+                                          "(default: the store the search logged to)")
 
-    resume = sub.add_parser("resume", help="continue an interrupted search where it stopped")
+    resume = sub.add_parser("resume", help="continue an interrupted search where it stopped, with the options it "
+                                           "was started with")
     resume.add_argument("name", help="the experiment's name (under --storage) or its folder")
-    resume.add_argument("--storage", type=_storage, help=STORAGE_HELP)
-    resume.add_argument("--mlflow-uri", help="tracking URI (default: the local store)")
-    resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: all)")
+    resume.add_argument("--storage", type=_storage, help="the results folder or URI the search was started with "
+                                                         "(default: $TUNE_RL_HOME/results)")
+    resume.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password "
+                                             "or token is not saved (default: the saved one)")
+    resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: as the search was started)")
     resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
     verify = sub.add_parser("verify", help="re-train an exported config and check the bundle's claim holds: with "
@@ -295,26 +301,47 @@ def _positive(flag: str, value: int | None) -> None:
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner import analysis, paths, runner
-    from tune_runner.spec import build_spec, read_yaml
+    from tune_runner import resume
 
     _positive("--num-cpus", args.num_cpus)
-    storage = args.storage or paths.default_storage()
-    path = analysis.experiment_path(args.name, storage=storage, command="resume")
-    spec_file = path / "tune_rl_spec.yaml"
-    if not spec_file.is_file():
-        raise UserError(f"resume {args.name}: {path} is not a tune-rl search (no tune_rl_spec.yaml)")
-    finished = path / runner.FINISHED_MARK
-    if finished.is_file():
-        counts = json.loads(finished.read_text()).get("counts", {})
-        print(f"{path.name} finished already ({sum(counts.values())} trials: "
+    folder = resume.locate(args.name, where=args.storage)
+    counts = resume.finished(folder)
+    if counts is not None:
+        print(f"{folder.name} finished already ({sum(counts.values())} trials: "
               f"{', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}); nothing to resume", file=out)
         return ExitStatus.OK
-    raw = read_yaml(spec_file)
-    spec = build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
-    options = runner.RunOptions(storage=path.parent, mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(),
-                                name=path.name, verbose=args.verbose, num_cpus=args.num_cpus, resume=True)
+    spec = resume.read_spec(folder)
+    saved = resume.read_run(folder)
+    fields = resume.continued(saved, folder=folder, where=args.storage, mlflow_uri=args.mlflow_uri,
+                              num_cpus=args.num_cpus)
+    resume.check_tune_state(fields["storage"], folder)
+    if saved is None:
+        print(f"note: {folder.name} has no {resume.RUN_FILE} (started before tune-rl saved run options); it "
+              f"continues with this command's flags and the current defaults", file=out, flush=True)
+    from tune_runner import runner
+
+    options = runner.RunOptions(**fields, name=folder.name, verbose=args.verbose, resume=True)
     return runner.run(spec, options, out=out).exit_status
+
+
+# `tune-rl search` flags that shape a new search: a resumed one keeps those it was started with.
+NOT_ON_RESUME = (("space", "--space"), ("overrides", "--set"), ("name", "--name"), ("num_samples", "--num-samples"),
+                 ("searcher", "--searcher"), ("scheduler", "--scheduler"), ("max_concurrent", "--max-concurrent"),
+                 ("max_failures", "--max-failures"), ("no_export", "--no-export"),
+                 ("no_reevaluate", "--no-reevaluate"), ("reevaluate", "--reevaluate"), ("seeds", "--seeds"),
+                 ("register_model", "--register-model"), ("plugins", "--plugins"),
+                 ("cpus_per_trial", "--cpus-per-trial"), ("gpus_per_trial", "--gpus-per-trial"),
+                 ("address", "--address"), ("num_gpus", "--num-gpus"), ("gpu", "--gpu"))
+
+
+def _resume_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`search --resume NAME` as `resume NAME`; a flag that would change the search is refused, not dropped."""
+    for dest, flag in NOT_ON_RESUME:
+        if getattr(args, dest, None) not in (None, False, []):
+            raise UserError(f"{flag}: a resumed search keeps the space and options it was started with (saved "
+                            f"beside its results); drop {flag} and run: tune-rl resume {args.resume}")
+    return argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
+                              num_cpus=args.num_cpus, verbose=args.verbose)
 
 
 def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:
@@ -354,9 +381,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import runner
 
     if args.resume:
-        args.name = args.resume
-        return cmd_resume(argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
-                                             num_cpus=args.num_cpus, verbose=args.verbose), out)
+        return cmd_resume(_resume_args(args), out)
     spec = _search_spec(args)
     extra: dict[str, Any] = {}
     if args.max_failures is not None:
@@ -462,15 +487,18 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner import analysis, html_report, mlflow_uri, paths
+    from tune_runner import analysis, html_report, mlflow_uri, paths, resume
 
     path = analysis.experiment_path(args.experiment, storage=args.storage, command="report")
     spec = _saved_spec(path)
-    uri = args.mlflow_uri or paths.default_mlflow_uri()
+    saved = resume.read_run(path) or {}
+    uri = args.mlflow_uri or saved.get("mlflow_uri", paths.default_mlflow_uri())  # where the search logged
+    if resume.HIDDEN in uri:
+        raise UserError(f"--mlflow-uri: missing; {path.name} logs to {uri}, whose secret is not saved; give it")
     mlflow_uri.check_uri(uri)
     index = html_report.write(path, spec)
     print(f"report     {index.as_uri()}", file=out)
-    logged = html_report.log_to_parent(uri, spec.name, path, index.parent)
+    logged = html_report.log_to_parent(uri, spec.name, path, index.parent, search_id=saved.get("search_id"))
     print(f"mlflow     {'logged to parent run ' + logged if logged else 'no parent run found; not logged'}",
           file=out)
     return ExitStatus.OK
@@ -511,19 +539,9 @@ def err_or_out(args: argparse.Namespace, out: TextIO) -> TextIO:
 
 def _saved_spec(path: Path) -> Any:
     """The spec a search saved beside its results (tune_rl_spec.yaml)."""
-    from tune_runner.spec import build_spec, read_yaml
+    from tune_runner.resume import read_spec
 
-    spec_file = path / "tune_rl_spec.yaml"
-    if not spec_file.is_file():
-        raise UserError(f"{path}: not a tune-rl experiment (no tune_rl_spec.yaml)")
-    raw = read_yaml(spec_file)
-    return build_spec(_spec_fields(raw), name=raw["name"], source=raw["source"], sha256=raw.get("source_sha256", ""))
-
-
-def _spec_fields(raw: dict) -> dict:
-    """A saved spec (ExperimentSpec.as_dict) back into space-file form."""
-    fields = {k: v for k, v in raw.items() if k not in ("name", "source", "source_sha256")}
-    return fields
+    return read_spec(path)
 
 
 def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:

@@ -235,18 +235,17 @@ def _search(row: dict) -> str:
     return f"{row['search_score']:.1f}"
 
 
-def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path) -> str | None:
-    """Log the report folder to the search's MLflow parent run (found by its experiment-path tag)."""
+def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path, *, search_id: str | None = None) \
+        -> str | None:
+    """Log the report folder to the search's MLflow parent run (found by its search id or experiment path)."""
     from tune_runner import tracking
 
     mlflow = tracking.client(uri)
     found = mlflow.get_experiment_by_name(experiment)
     if found is None:
         return None
-    runs = mlflow.search_runs([found.experiment_id],
-                              filter_string=f"tags.`tune_rl.experiment_path` = '{exp_path}'", max_results=1)
-    if not runs:
+    run_id = tracking.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
+    if run_id is None:
         return None
-    run_id = runs[0].info.run_id
     mlflow.log_artifacts(run_id, str(folder), artifact_path="report")
     return run_id

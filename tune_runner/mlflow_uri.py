@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -88,16 +89,28 @@ def auth_headers() -> dict[str, str]:
     return {}
 
 
+# Query parameters that carry a secret (libpq's password=, a SAS token's sig=, an api_key=...).
+SECRET_PARAM = re.compile(r"pass|pwd|token|secret|sig|credential|api_?key|access_?key", re.IGNORECASE)
+
+
 def redacted(uri: str) -> str:
-    """`uri` without a password (or token) written into it: what we print and log."""
+    """`uri` without a password or token written into it (user info or query string): what we print,
+    log and save beside a search."""
     parts = urllib.parse.urlsplit(uri)
-    if parts.password is None and not (parts.username and "@" in parts.netloc):
+    netloc = parts.netloc
+    if parts.password is not None or (parts.username and "@" in parts.netloc):
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" if parts.password is not None else f"***@{host}"
+        if parts.port:
+            netloc += f":{parts.port}"
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    query = parts.query
+    if any(SECRET_PARAM.search(key) for key, _ in pairs):
+        query = "&".join(f"{key}=***" if SECRET_PARAM.search(key) else f"{key}={urllib.parse.quote(value)}"
+                         for key, value in pairs)
+    if netloc == parts.netloc and query == parts.query:
         return uri
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" if parts.password is not None else f"***@{host}"
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def artifact_location(uri: str) -> str | None:

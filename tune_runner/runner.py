@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -19,10 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from ray.tune import Stopper
 
-from tune_runner import analysis, export, mlflow_uri, storage, tracking
+from tune_runner import analysis, export, mlflow_uri, resume, storage, tracking
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
@@ -36,12 +34,13 @@ from tune_runner.spec import ExperimentSpec
 
 MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
 CHECKPOINT_EVERY = 5  # training iterations between a trial's checkpoints (and at its end)
-FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its end
+FINISHED_MARK = resume.FINISHED_MARK  # written when a search has run to its end
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What the command line adds to a spec: where results go and how loud to be."""
+    """What the command line adds to a spec: where results go and how loud to be. Saved with the search
+    (tune_runner.resume), less `name`, `verbose` and `resume`."""
 
     storage: storage.Storage  # a folder, or a URI (tune_runner.storage)
     mlflow_uri: str
@@ -59,6 +58,7 @@ class RunOptions:
     gpus_per_trial: float | None = None
     address: str | None = None
     register_model: str | None = None
+    search_id: str | None = None  # tags the MLflow parent run; None for a search saved before ids
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,7 @@ def trial_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, plugins=tuple(_shipped.get(p, p) for p in spec.plugins))
 
 
-def local_folder(where: storage.Storage, name: str) -> Path:
-    """The experiment's folder on this machine: under a local --storage, or for a URI the copy that
-    selection, export and the report work in (TUNE_RL_HOME/results/<name>)."""
-    from tune_runner.paths import default_storage
-
-    return default_storage() / name if storage.is_uri(where) else Path(where) / name
+local_folder = storage.local_folder  # the experiment's folder on this machine (a URI's local copy)
 
 
 def _check_new(where: storage.Storage, name: str, exp_path: Path) -> None:
@@ -228,15 +223,15 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     exp_path = local_folder(options.storage, name)
     if not options.resume:
         _check_new(options.storage, name, exp_path)
+        options = replace(options, search_id=resume.new_search_id())
     started = time.monotonic()
     _header(spec, name, out)
     ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
                address=options.address, plugins=spec.plugins)
     check_resources(spec, prepared)
     _note_storage(options, out)
-    if not options.resume:
-        exp_path.mkdir(parents=True)
-        (exp_path / "tune_rl_spec.yaml").write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
+    if not options.resume:  # after the checks that need Ray, so that a refused search leaves nothing
+        resume.save(exp_path, spec=spec, options=options)
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
                                                          out=out)
     status = "FAILED"
@@ -246,19 +241,18 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         if unfinished:
             status = "KILLED"
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
-                  f"  tune-rl resume {name}" + _storage_flag(options), file=out, flush=True)
+                  f"  {resume.command(name, options)}", file=out, flush=True)
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
         outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         _log_outcome(mlflow, parent, spec, outcome)
         policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
-        (exp_path / FINISHED_MARK).write_text(json.dumps({"status": status.lower(), "counts": dict(outcome.counts)}))
+        resume.mark_finished(exp_path, status=status.lower(), counts=dict(outcome.counts))
         if storage.is_uri(options.storage):  # best.yaml, the report and our marks join Tune's files there
             storage.upload(exp_path, storage.join(options.storage, name))
     except KeyboardInterrupt:
         status = "KILLED"
-        print(f"\ninterrupted at once; continue with: tune-rl resume {name}{_storage_flag(options)}", file=out,
-              flush=True)
+        print(f"\ninterrupted at once; continue with: {resume.command(name, options)}", file=out, flush=True)
         raise
     finally:
         mlflow.set_tag(parent, "tune_rl.status", status.lower())
@@ -272,14 +266,15 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
     """The MLflow parent run (continued on a resume, with its child runs) and the Tune callbacks."""
     mlflow = tracking.client(options.mlflow_uri)
     exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
-    parent = tracking.find_parent(mlflow, exp_id, exp_path) if options.resume else None
+    parent = tracking.find_parent(mlflow, exp_id, search_id=options.search_id, exp_path=exp_path) \
+        if options.resume else None
     children = tracking.children(mlflow, exp_id, parent) if parent else {}
     if parent:
         mlflow.update_run(parent, status="RUNNING")
         mlflow.set_tag(parent, "tune_rl.status", "running")
         print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
     else:
-        parent = _open_parent(mlflow, exp_id, spec, exp_path.name, exp_path)
+        parent = _open_parent(mlflow, exp_id, spec, exp_path.name, exp_path, search_id=options.search_id)
     logged = tuple(spec.fixed) + spec.searched
     tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
                                       logged_keys=logged, ending=spec.ending)
@@ -302,12 +297,6 @@ def _note_storage(options: RunOptions, out: TextIO) -> None:
     if len(nodes) > 1 and "://" not in str(options.storage):
         print(f"  note: {len(nodes)} nodes; --storage {options.storage} is a local path, so every node must "
               f"reach it (a shared folder), or use a URI like s3://bucket/results", file=out, flush=True)
-
-
-def _storage_flag(options: RunOptions) -> str:
-    from tune_runner.paths import default_storage
-
-    return "" if options.storage == default_storage() else f" --storage {options.storage}"
 
 
 def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.Storage, local: Path,
@@ -432,12 +421,15 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
                     ending=spec.ending, out=out)
 
 
-def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path) -> str:
+def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path, *,
+                 search_id: str | None = None) -> str:
     from mlflow.entities import Param
 
-    run = mlflow.create_run(exp_id, run_name=name, tags={
-        "tune_rl.space": spec.name, "tune_rl.experiment_path": str(exp_path), "tune_rl.status": "running",
-        "mlflow.note.content": spec.description})
+    tags = {"tune_rl.space": spec.name, "tune_rl.experiment_path": str(exp_path), "tune_rl.status": "running",
+            "mlflow.note.content": spec.description}
+    if search_id:
+        tags["tune_rl.search_id"] = search_id
+    run = mlflow.create_run(exp_id, run_name=name, tags=tags)
     params = {"space": spec.name, "trainable": spec.trainable, "env": spec.env,
               "searcher": spec.searcher.name, "scheduler": spec.scheduler.name,
               "budget_env_steps": spec.budget_env_steps, "num_samples": spec.num_samples,

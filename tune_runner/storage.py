@@ -2,8 +2,8 @@
 
 A search on a URI works in a local copy for what runs after Tune (selection, export, report):
 it fetches the experiment from the URI into TUNE_RL_HOME/results/<name> once Tune is done, and
-sends the files it wrote there back. Commands that read an experiment folder (best, report,
-resume) need a local one.
+sends the files it wrote there back. Commands that read an experiment folder (best, report) need a
+local one; resume fetches what the search saved (tune_runner.resume) into that local copy.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ def parse(value: str) -> Storage:
 def join(storage: Storage, name: str) -> Storage:
     """`storage/name` for a folder or a URI."""
     return f"{storage}/{name}" if is_uri(storage) else Path(storage) / name
+
+
+def local_folder(where: Storage, name: str) -> Path:
+    """The experiment's folder on this machine: under a local --storage, or for a URI the copy that
+    selection, export and the report work in (TUNE_RL_HOME/results/<name>)."""
+    from tune_runner.paths import default_storage
+
+    return default_storage() / name if is_uri(where) else Path(where) / name
 
 
 def local_only(storage: Storage | None, *, command: str) -> None:
@@ -87,6 +95,26 @@ def download(uri: str, folder: Path) -> int:
         pyarrow.fs.copy_files(info.path, str(folder / relative), source_filesystem=fs, destination_filesystem=local)
         count += 1
     return count
+
+
+def download_files(uri: str, folder: Path, names: tuple[str, ...]) -> list[str]:
+    """Copy the files `names` found directly under `uri` into `folder`; the names copied."""
+    import pyarrow.fs
+
+    fs, root = _filesystem(uri)
+    root = root.rstrip("/")
+    try:
+        there = fs.get_file_info([f"{root}/{name}" for name in names])
+    except OSError as exc:
+        raise UserError(f"--storage {uri}: cannot reach it ({_first_line(exc)}); check the URI and the "
+                        f"credentials for it") from None
+    found = [name for name, info in zip(names, there, strict=True) if info.type == pyarrow.fs.FileType.File]
+    if found:
+        folder.mkdir(parents=True, exist_ok=True)
+    for name in found:
+        pyarrow.fs.copy_files(f"{root}/{name}", str(folder / name), source_filesystem=fs,
+                              destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return found
 
 
 def upload(folder: Path, uri: str) -> int:
