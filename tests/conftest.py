@@ -43,14 +43,16 @@ def cli():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for all end-to-end tests, 2 CPUs like CI."""
+    """One local Ray for all end-to-end tests, 2 CPUs and no GPU like CI, on any machine: a GPU
+    here is hidden from it, so the tests that expect a cluster without GPUs hold on a GPU machine
+    too (the real-GPU test starts its own Ray)."""
     os.environ.setdefault("RAY_enable_worker_prestart", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     from tune_runner.runner import ensure_ray
 
-    ensure_ray(num_cpus=2, verbose=False)
+    ensure_ray(num_cpus=2, num_gpus=0, verbose=False)
     yield ray
     ray.shutdown()
 
