@@ -139,6 +139,28 @@ def test_bad_flags(argv, fragments, cli, _isolated_home):
     assert_nothing_written(_isolated_home)
 
 
+def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
+    """The check a search with --address makes before ray.init (which would retry for minutes);
+    tests/test_cluster_e2e.py runs it through a fresh driver."""
+    import socket
+
+    from tune_runner.preflight import check_address
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        check_address(f"127.0.0.1:{port}")
+        check_address(f"ray://127.0.0.1:{port}")
+    with pytest.raises(UserError, match=rf"^--address 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
+                                        r"\(Connection refused\); check the address"):
+        check_address(f"127.0.0.1:{port}")
+    with pytest.raises(UserError, match=rf"^--address ray://127.0.0.1:{port}: nothing answers"):
+        check_address(f"ray://127.0.0.1:{port}")
+    for left_to_ray in ("auto", "http://127.0.0.1:8265", "no-port"):
+        check_address(left_to_ray)  # ray.init finds or judges these itself
+
+
 def test_space_file_is_not_an_export(cli, _isolated_home):
     from tune_runner.spec import shipped_spaces
 
@@ -188,25 +210,3 @@ def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
     assert_one_line_error(result, f"--mlflow-uri {url}: the server refused us (HTTP 401",
                           "MLFLOW_TRACKING_USERNAME")
     assert_nothing_written(_isolated_home)
-
-
-def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
-    """The check a search with --address makes before ray.init (which would retry for minutes);
-    tests/test_cluster_e2e.py runs it through a fresh driver."""
-    import socket
-
-    from tune_runner.preflight import check_address
-
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        port = listening.getsockname()[1]
-        check_address(f"127.0.0.1:{port}")
-        check_address(f"ray://127.0.0.1:{port}")
-    with pytest.raises(UserError, match=rf"^--address 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
-                                        r"\(Connection refused\); check the address"):
-        check_address(f"127.0.0.1:{port}")
-    with pytest.raises(UserError, match=rf"^--address ray://127.0.0.1:{port}: nothing answers"):
-        check_address(f"ray://127.0.0.1:{port}")
-    for left_to_ray in ("auto", "http://127.0.0.1:8265", "no-port"):
-        check_address(left_to_ray)  # ray.init finds or judges these itself
