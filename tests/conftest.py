@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,13 +43,48 @@ def cli():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for all end-to-end tests, 2 CPUs like CI."""
+    """One local Ray for all end-to-end tests, 2 CPUs and no GPU like CI, on any machine: a GPU
+    here is hidden from it, so the tests that expect a cluster without GPUs hold on a GPU machine
+    too (the real-GPU test starts its own Ray)."""
     os.environ.setdefault("RAY_enable_worker_prestart", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     from tune_runner.runner import ensure_ray
 
-    ensure_ray(num_cpus=2, verbose=False)
+    ensure_ray(num_cpus=2, num_gpus=0, verbose=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def forbid_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Fail the test if its code starts Ray or calls a Ray API that starts one when none runs.
+
+    Whether Ray is up after the test cannot tell once the suite's shared Ray is up; so every
+    way in is replaced: ray.init itself and the auto-init hook that ray.get, ray.put,
+    ray.get_runtime_context, `.remote()` and placement groups call. Calls are recorded, since
+    the code under test may swallow the error they raise.
+    """
+    import importlib
+
+    import ray
+    import ray._private.auto_init_hook as auto_init_hook
+    import ray._private.client_mode_hook as client_mode_hook
+    import ray._private.worker as worker
+
+    placement_group = importlib.import_module("ray.util.placement_group")  # ray.util's attribute is the function
+    calls: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        calls.append("".join(traceback.format_stack(limit=6)[:-1]))
+        raise RuntimeError("this test must not start Ray")
+
+    for module in (ray, worker):
+        monkeypatch.setattr(module, "init", refuse)
+    for module in (auto_init_hook, client_mode_hook, placement_group):
+        monkeypatch.setattr(module, "auto_init_ray", refuse)
+    was_up = ray.is_initialized()
+    yield calls
+    assert not calls, "Ray was started (or an API that starts it was called) from:\n" + "\n".join(calls)
+    assert ray.is_initialized() == was_up

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HERE
+from tune_runner.errors import UserError
 
 CORPUS = sorted((HERE / "bad_inputs").glob("*.yaml"))
 
@@ -84,7 +85,9 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["search", "--resume", "never-ran"], ["experiment 'never-ran'"]),
     (["verify", "missing.yaml"], ["missing.yaml: cannot read"]),
     (["report", "no-such-experiment"], ["experiment 'no-such-experiment'"]),
-    (["best", "x", "--reevaluate", "-2"], ["experiment 'x'"]),
+    (["best", "x", "--reevaluate", "-2"], ["--reevaluate -2: must be a positive integer"]),
+    (["best", "x", "--reevaluate", "2", "--seeds", "0"], ["--seeds 0: must be a positive integer"]),
+    (["best", "x", "--reevaluate", "2", "--num-cpus", "0"], ["--num-cpus 0: must be a positive integer"]),
     (["spaces", "show", "dqn_smal"], ["did you mean 'dqn_small'?"]),
     (["search", "--space", "oracle", "--mlflow-uri", "ftp://host/mlflow"],
      ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'; use sqlite:///"]),
@@ -139,6 +142,28 @@ def test_bad_flags(argv, fragments, cli, _isolated_home):
     result = cli(*argv)
     assert_one_line_error(result, *fragments)
     assert_nothing_written(_isolated_home)
+
+
+def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
+    """The check a search with --address makes before ray.init (which would retry for minutes);
+    tests/test_cluster_e2e.py runs it through a fresh driver."""
+    import socket
+
+    from tune_runner.preflight import check_address
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        check_address(f"127.0.0.1:{port}")
+        check_address(f"ray://127.0.0.1:{port}")
+    with pytest.raises(UserError, match=rf"^--address 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} "
+                                        r"\(Connection refused\); check the address"):
+        check_address(f"127.0.0.1:{port}")
+    with pytest.raises(UserError, match=rf"^--address ray://127.0.0.1:{port}: nothing answers"):
+        check_address(f"ray://127.0.0.1:{port}")
+    for left_to_ray in ("auto", "http://127.0.0.1:8265", "no-port"):
+        check_address(left_to_ray)  # ray.init finds or judges these itself
 
 
 def test_space_file_is_not_an_export(cli, _isolated_home):

@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tune_runner.reaper import MARK, reap
+from tune_runner.reaper import MARK, marked, reap
 
 pytestmark = pytest.mark.e2e
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -106,6 +107,26 @@ def test_search_with_address_runs_trials_on_both_nodes(two_nodes, _isolated_home
     assert plugins == {"module:tune_rl_user_plugins.p0_walk"}, plugins
 
 
-def test_a_wrong_address_is_one_line_and_nothing_starts(_isolated_home, cli):
+def test_a_wrong_address_is_one_line_and_nothing_starts(_isolated_home, tmp_path):
+    """An address where nothing listens, contacted by a fresh driver (in this process the suite's
+    shared Ray would be reused and the address never tried): one line within seconds, exit 2."""
+    port = free_port()  # closed again: nothing listens there
+    env = {**os.environ, "TUNE_RL_HOME": str(_isolated_home), "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "tune_runner", "search", "--space", "oracle", "--name", "nowhere",
+                             "--address", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out[-2000:] + err[-2000:]
+    assert err.strip().splitlines() == [
+        f"tune-rl: --address 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (Connection refused); check "
+        f"the address (the head's GCS port, 6379 by default, or ray://host:10001), or drop --address for a local Ray"]
+    assert time.monotonic() - started < 60  # ray.init alone retries for a quarter of an hour
+    assert not (_isolated_home / "results" / "nowhere").exists() and not (_isolated_home / "mlflow.db").exists()
+    assert marked(proc.pid) == []  # no local Ray left behind in its place
+
+
+def test_num_cpus_with_an_address_is_refused_before_anything_is_contacted(_isolated_home, cli):
     result = cli("search", "--space", "oracle", "--address", "127.0.0.1:1", "--num-cpus", "2")
     assert result.status == 2 and "--num-cpus: sizes a local Ray" in result.err

@@ -51,12 +51,9 @@ def _level_env():
 
 
 @pytest.fixture(autouse=True)
-def _no_ray():
-    """These tests must never start Ray (asking Ray's runtime context would)."""
-    import ray
-
-    yield
-    assert not ray.is_initialized()
+def _no_ray(forbid_ray):
+    """These tests must never start Ray (asking Ray's runtime context would), whether or not the
+    suite's shared Ray is up when they run."""
 
 
 def write(path, source: str):
@@ -299,14 +296,11 @@ def test_rllib_callback_raises_what_an_env_runner_hit(tmp_path):
         curriculum.rllib_callback(f"{fn}:raise_level")(algorithm=fake_algorithm(env), result=result)
 
 
-def test_rllib_callback_on_a_real_local_env_runner(tmp_path, monkeypatch):
+def test_rllib_callback_on_a_real_local_env_runner(tmp_path):
     """RLlib's own EnvRunner (in this process, Ray forbidden): its wrapped vector env gets the task,
     and the next episodes it samples show it."""
-    import ray
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
-    monkeypatch.setattr("ray._private.auto_init_hook.enable_auto_connect", False)
-    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("this test must not start Ray"))
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "num_envs_per_env_runner": 2,
                                              "env_task_fn": f"{fn}:raise_level"})

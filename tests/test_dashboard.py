@@ -133,7 +133,7 @@ def test_ctrl_c_stops_the_server_and_everything_it_started(served):
     assert len(tree) >= 3, tree  # tune-rl, mlflow server, its uvicorn worker
     served.proc.send_signal(signal.SIGINT)
     status = served.proc.wait(60)
-    assert status in (0, 130)
+    assert status == 130  # interrupted, as every tune-rl command ends on Ctrl-C
     err = served.proc.stderr.read()
     assert "Traceback" not in err and err.strip().splitlines() == ["tune-rl: interrupted"]
     assert not stop_tree(served.proc) and not running(tree)

@@ -618,7 +618,7 @@ def test_interpolation_follows_compose() -> None:
     assert interpolate("${EMPTY?needed}", env) == ""
 
 
-def test_env_file_is_ignored_by_git_and_the_example_is_not() -> None:
+def test_env_file_is_ignored_by_git_and_the_example_is_not_skipped_outside_a_git_checkout() -> None:
     git = shutil.which("git")
     if git is None or subprocess.run([git, "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")

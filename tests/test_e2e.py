@@ -42,6 +42,36 @@ def mlflow_runs(home: Path, experiment: str) -> tuple[object, list, list]:
     return client, parents, children
 
 
+RUNGS = (500, 1000, 2000)  # ASHA's rungs for grace_period 500, reduction_factor 2, below the 3000 budget
+
+
+def asha_replay(client, children: list) -> dict[str, tuple[int, float, list[float]]]:
+    """The trials ASHA should have stopped: every result, in the order the driver handled them (the
+    MLflow callback logs each one right after the scheduler decided on it), replayed through ASHA's
+    rule. A trial's first result at or past a rung is compared with the results recorded there
+    before it, and stopped below their median. Returns run id -> (rung, its value, those before)."""
+    events = []
+    for child in children:
+        for m in client.get_metric_history(child.info.run_id, "episode_return_mean"):
+            events.append((m.timestamp, child.info.run_id, m.step, m.value))
+    events.sort()
+    assert len({e[0] for e in events}) == len(events), "two results logged in one millisecond: order unknown"
+    recorded: dict[int, dict[str, float]] = {rung: {} for rung in RUNGS}
+    stopped = {}
+    for _, run, step, value in events:
+        assert run not in stopped, f"{run} reported at {step} env steps after ASHA stopped it"
+        if step >= 3000:
+            continue  # the budget ends it
+        rung = next((r for r in sorted(RUNGS, reverse=True) if step >= r and run not in recorded[r]), None)
+        if rung is None:
+            continue
+        before = list(recorded[rung].values())
+        if before and value < np.nanpercentile(before, 50):
+            stopped[run] = (rung, value, before)
+        recorded[rung][run] = value
+    return stopped
+
+
 def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolated_home, tmp_path):
     from ray.tune import ExperimentAnalysis
 
@@ -55,8 +85,6 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
     assert len(analysis.trials) == 4 and {t.status for t in analysis.trials} == {"TERMINATED"}
     steps = sorted(t.last_result["env_steps"] for t in analysis.trials)
     assert steps[0] < 3000 <= steps[-1], steps
-    lrs_stopped = {t.config["lr"] for t in analysis.trials if t.last_result["env_steps"] < 3000}
-    assert lrs_stopped, "ASHA stopped nothing"
 
     # The live view is compact: no RLlib config dump, one line per event.
     assert "train_batch_size_per_learner" not in result.out.split("trials ")[0]
@@ -71,6 +99,14 @@ def test_tiny_search_asha_mlflow_best_export_and_train(ray_session, cli, _isolat
     assert parent.data.params["budget_env_steps"] == "3000"
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     assert {c.data.tags["tune_rl.status"] for c in children} == {"terminated", "stopped_early"}
+    # ASHA stopped exactly the trials its rule stops, each at a rung and below the median of the
+    # results recorded there before it: replayed from every result, in the order ASHA saw them.
+    expected = asha_replay(client, children)
+    early = {c.info.run_id: c for c in children if c.data.tags["tune_rl.status"] == "stopped_early"}
+    assert set(early) == set(expected), (sorted(early), expected)
+    for run_id, (rung, value, before) in expected.items():
+        last = max(client.get_metric_history(run_id, "episode_return_mean"), key=lambda m: m.step)
+        assert rung <= last.step < 3000 and last.value == value < np.median(before), (rung, last, before)
     for child in children:
         assert "lr" in child.data.params and "num_epochs" in child.data.params
         assert len(child.data.params) < 20  # what matters, not RLlib's hundreds of defaults

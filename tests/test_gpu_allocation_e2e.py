@@ -51,10 +51,13 @@ def test_gpus_per_trial_beyond_the_cluster_is_refused_before_launch(ray_session,
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a real NVIDIA GPU (CI has none)")
-def test_on_a_real_gpu_our_ppo_trains_on_cuda(cli, _isolated_home):
-    result = cli("search", "--space", "ppo_small", "--name", "cuda", "--no-reevaluate", "--num-samples", "1",
-                 "--scheduler", "fifo", "--set", "budget=4096", "--gpus-per-trial", "0.25")
-    assert result.status == 0, result.err
+def test_on_a_real_gpu_our_ppo_trains_on_cuda(_isolated_home):
+    # In a fresh process: its own Ray finds the GPU (the suite's shared Ray hides it).
+    env = {**os.environ, "TUNE_RL_HOME": str(_isolated_home)}
+    proc = subprocess.run([sys.executable, "-m", "tune_runner", "search", "--space", "ppo_small", "--name", "cuda",
+                           "--no-reevaluate", "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=4096",
+                           "--gpus-per-trial", "0.25"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (result_file,) = (_isolated_home / "results" / "cuda").glob("*/result.json")
     rows = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
     assert {r["device"] for r in rows} == {"cuda"}

@@ -41,12 +41,8 @@ def _mask_env():
 
 
 @pytest.fixture(autouse=True)
-def _no_ray():
-    import ray
-
-    before = ray.is_initialized()  # the suite's shared e2e session may be up already; we must not start one
-    yield
-    assert before or not ray.is_initialized()
+def _no_ray(forbid_ray):
+    """These tests drive modules, env runners and learners in this process: none may start Ray."""
 
 
 def build(algo: str, **settings):
@@ -163,15 +159,12 @@ class StrictMaskEnv(MaskEnv):
     ("PPO", {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 2}),
     ("DQN", {"epsilon": [[0, 0.5], [1000, 0.5]], "train_batch_size_per_learner": 32}),
 ])
-def test_a_local_env_runner_and_learner_sample_and_learn_without_masked_actions(algo, settings, monkeypatch):
+def test_a_local_env_runner_and_learner_sample_and_learn_without_masked_actions(algo, settings):
     """RLlib's own EnvRunner and Learner objects in this process (Ray forbidden): sampling runs through
     RLlib's connectors into our module and the env; learning through the loss."""
-    import ray
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
     from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
 
-    monkeypatch.setattr("ray._private.auto_init_hook.enable_auto_connect", False)
-    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("this test must not start Ray"))
     if "TuneRlStrictMaskTest-v0" not in gym.registry:
         gym.register("TuneRlStrictMaskTest-v0", entry_point=StrictMaskEnv)
     config = trainables.rllib_config(algo, {"env": "TuneRlStrictMaskTest-v0", "env_config": {},

@@ -3,8 +3,10 @@ MLflow-like server would; credentials go in headers and never into what we print
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -17,10 +19,10 @@ MARKER = "tune-rl-secret-7f3a"
 
 
 class Answers(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with the server's `status` and `body`; remembers the headers it got."""
+    """Answers every GET with the server's `status` and `body`; remembers each request's path and headers."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.server.seen.append(dict(self.headers))
+        self.server.seen.append((self.path, dict(self.headers)))
         self.send_response(self.server.status)
         self.send_header("Content-Type", "application/json" if self.server.body.startswith(b"{") else "text/html")
         self.end_headers()
@@ -32,14 +34,15 @@ class Answers(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_server() -> Iterator:
+    """start(status, body) -> (url, seen): a server answering so, and the requests it received."""
     servers = []
 
-    def start(status: int, body: bytes) -> str:
+    def start(status: int, body: bytes) -> tuple[str, list]:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
         server.status, server.body, server.seen = status, body, []
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return f"http://127.0.0.1:{server.server_address[1]}", server.seen
 
     yield start
     for server in servers:
@@ -48,11 +51,14 @@ def http_server() -> Iterator:
 
 
 def test_an_mlflow_like_server_passes_and_gets_the_env_credentials(http_server, monkeypatch):
-    url = http_server(200, json.dumps({"experiments": []}).encode())
+    url, seen = http_server(200, json.dumps({"experiments": []}).encode())
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ann")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", MARKER)
-    check_uri(url)
-    assert auth_headers()["Authorization"].startswith("Basic ")
+    assert check_uri(url + "/") is None
+    # One call to MLflow's REST API, carrying the env credentials as MLflow's client sends them.
+    ((path, headers),) = seen
+    assert path == "/api/2.0/mlflow/experiments/search?max_results=1"
+    assert base64.b64decode(headers["Authorization"].removeprefix("Basic ")).decode() == f"ann:{MARKER}"
 
 
 @pytest.mark.parametrize("status, body, fragment", [
@@ -63,10 +69,11 @@ def test_an_mlflow_like_server_passes_and_gets_the_env_credentials(http_server, 
 ])
 def test_refusing_or_foreign_servers_are_named(http_server, monkeypatch, status, body, fragment):
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", MARKER)
-    url = http_server(status, body)
+    url, seen = http_server(status, body)
     with pytest.raises(UserError, match="^--mlflow-uri http://127") as caught:
         check_uri(url)
     assert fragment in str(caught.value) and MARKER not in str(caught.value)
+    assert [headers["Authorization"] for _, headers in seen] == [f"Bearer {MARKER}"]  # refused what we sent
 
 
 @pytest.mark.parametrize("uri, fragment", [
@@ -79,9 +86,24 @@ def test_bad_uris(uri, fragment):
         check_uri(uri)
 
 
-def test_database_uris_pass_without_a_connection():
-    check_uri("postgresql://mlflow@db.invalid:5432/mlflow")
-    check_uri("postgresql+psycopg2://mlflow@db.invalid/mlflow")
+def test_database_uris_pass_without_a_connection(monkeypatch):
+    """MLflow opens a database store itself; the check must not look the host up or connect to it."""
+    tried = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        tried.append(args)
+        raise OSError("a test forbids the network here")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    for uri in ("postgresql://mlflow@db.invalid:5432/mlflow", "postgresql+psycopg2://mlflow@db.invalid/mlflow",
+                "mysql://ann@db.invalid/mlflow"):
+        assert check_uri(uri) is None, uri
+    assert tried == []
+    with pytest.raises(UserError, match="MLflow server unreachable"):  # the same guard sees an HTTP check
+        check_uri("http://db.invalid:5000")
+    assert tried
 
 
 def test_auth_headers_follow_mlflows_precedence(monkeypatch):

@@ -53,12 +53,12 @@ class Base(gym.Env):
 
 
 @pytest.fixture(autouse=True)
-def _restore_registries(tmp_path_factory: pytest.TempPathFactory):
-    """Each test's registrations are undone after it; the shipped envs stay (they load once)."""
+def _restore_registries(tmp_path_factory: pytest.TempPathFactory, forbid_ray):
+    """Each test's registrations are undone after it; the shipped envs stay (they load once).
+    Registering and loading never start Ray (forbid_ray fails the test if they try)."""
     load_plugins(cwd=tmp_path_factory.mktemp("empty"))
     saved = {reg: dict(reg._entries) for reg in (ENVS, MODELS, AGENTS)}
     gym_ids, ray_keys, modules = set(gym.envs.registry), set(_global_registry._to_flush), set(sys.modules)
-    ray_was_up = ray.is_initialized()  # other test files may have started it
     yield
     for reg, entries in saved.items():
         reg._entries = entries
@@ -69,7 +69,6 @@ def _restore_registries(tmp_path_factory: pytest.TempPathFactory):
     for name in set(sys.modules) - modules:
         if name.startswith(plugins._PLUGIN_PREFIX):
             del sys.modules[name]
-    assert ray.is_initialized() == ray_was_up  # registering and loading never start Ray
 
 
 def write_plugin(folder: Path, name: str, body: str) -> Path:

@@ -128,10 +128,7 @@ def test_cli_prints_a_compact_summary(trained, cli):
 
 
 def test_video_holds_every_frame(trained, cli, tmp_path):
-    pytest.importorskip("imageio")
-    pytest.importorskip("imageio_ffmpeg")
-    pytest.importorskip("pygame")  # CartPole's renderer
-    import imageio.v2 as imageio
+    import imageio.v2 as imageio  # imageio, imageio-ffmpeg and pygame (CartPole's renderer): the test extra
 
     video = tmp_path / "out.mp4"
     result = cli("evaluate", str(trained.checkpoint), "--episodes", "2", "--render", "rgb_array", "--video", str(video))

@@ -26,6 +26,7 @@ from tests.mlflow_helpers import (
     trained_checkpoint,
     wait_http,
 )
+from tune_runner.errors import UserError
 from tune_runner.mlflow_uri import check_uri
 
 MARKER = "tune-rl-credential-5c1d"
@@ -76,8 +77,14 @@ def files_text(folder: Path) -> str:
     return "\n".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
 
 
-def test_the_server_passes_the_uri_check(server):
-    check_uri(server.url)
+def test_the_uri_check_passes_the_real_server_and_refuses_an_address_that_is_not_its_api(server):
+    """The check calls the real server's REST API: the server's root passes, a path beneath it that
+    is not MLflow's API (the same host, port and HTTP server) is refused by name."""
+    assert check_uri(server.url) is None
+    assert check_uri(server.url + "/") is None
+    with pytest.raises(UserError, match=rf"^--mlflow-uri {server.url}/no-such-prefix: not an MLflow tracking "
+                                        rf"server \(HTTP 404"):
+        check_uri(server.url + "/no-such-prefix")
 
 
 def test_two_concurrent_writers_get_complete_runs(server, tmp_path):

@@ -432,11 +432,11 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.progress import fmt_config, fmt_value
 
     analysis.parse_scope(args.scope)
+    for flag in ("reevaluate", "seeds", "num_cpus"):  # the flags first: they need no experiment to be wrong
+        _positive("--" + flag.replace("_", "-"), getattr(args, flag))
     path = analysis.experiment_path(args.experiment, storage=args.storage)
     spec = _saved_spec(path)
     metric, mode = args.metric or spec.metric, args.mode or spec.mode
-    _positive("--reevaluate", args.reevaluate)
-    _positive("--seeds", args.seeds)
     loaded = analysis.load(path)
     judged = spec
     if (metric, mode) != (spec.metric, spec.mode):  # stop_at is a value of the space's own metric

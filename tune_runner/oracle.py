@@ -25,10 +25,11 @@ Fault injection, to rehearse what a search does when trials go wrong:
 The return approaches `peak(config) = 500 * exp(-distance²)` (distance: the root of the
 summed squared differences to `optimum`; a choice counts 1 when it differs) by `rate` of
 the remaining gap per iteration, so a better config also rises higher by any given
-env-step count, as a schedule's rungs expect. Its state (return level, env steps, RNG) is
-checkpointed, so PBT's exploit carries the level over and the new config steers it from
-there. Reported: `episode_return_mean`, `env_steps`, `peak`, and `applied/<key>` for every
-hyperparameter it is using (tune_runner.audit).
+env-step count, as a schedule's rungs expect. Its state (return level, env steps, RNG and
+the hyperparameters in use) is checkpointed, so PBT's exploit carries the level over and,
+once the restore applies the trial's own config again, the new config steers it from there.
+Reported: `episode_return_mean`, `env_steps`, `peak`, and `applied/<key>` for every
+hyperparameter it is using (tune_runner.audit): the values that steered this step's return.
 """
 
 from __future__ import annotations
@@ -152,15 +153,23 @@ class Oracle(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from tune_runner.own_trainable import write_atomically
 
-        state = {"level": self.level, "env_steps": self.env_steps, "rng": _rng_to_json(self.rng.getstate())}
+        # The hyperparameters in use travel with the state, as a learner's optimizer state carries its lr.
+        state = {"level": self.level, "env_steps": self.env_steps, "rng": _rng_to_json(self.rng.getstate()),
+                 "applied": self.applied}
         write_atomically(Path(checkpoint_dir) / STATE_FILE, json.dumps(state).encode())
 
     def load_checkpoint(self, checkpoint: str) -> None:
         state = json.loads((Path(checkpoint) / STATE_FILE).read_text())
         self.level, self.env_steps = float(state["level"]), int(state["env_steps"])
         self.rng.setstate(_rng_from_json(state["rng"]))
+        self.applied = dict(state.get("applied", self.applied))  # the donor's, after PBT's exploit
         self.restored = True
-        self.apply(self.config)  # the config Tune gave this trial, not the one the checkpoint came from
+        self.reapply_config()
+
+    def reapply_config(self) -> None:
+        """After a restore, use the config Tune gave this trial, not the one the checkpoint came from
+        (what our learners do with a restored optimizer's lr). The audit fails a trial that does not."""
+        self.apply(self.config)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         self.config = new_config
@@ -180,18 +189,13 @@ class Oracle(tune.Trainable):
 class OracleStaleRestore(Oracle):
     """`oracle/stale-restore`: the oracle with a classic bug, to see PBT's audit catch it.
 
-    Its checkpoint carries the hyperparameters in use and a restore brings them back, as a
-    restored optimizer brings back its old learning rate; after PBT's exploit the trial keeps
-    training with the donor's values while its config says otherwise. The audit fails it.
+    A restore brings back the hyperparameters the checkpoint was saved with, as a restored
+    optimizer brings back its old learning rate, and stops there; after PBT's exploit the trial
+    keeps training with the donor's values while its config says otherwise. The audit fails it.
     """
 
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
-        super().save_checkpoint(checkpoint_dir)
-        (Path(checkpoint_dir) / "applied.json").write_text(json.dumps(self.applied))
-
-    def load_checkpoint(self, checkpoint: str) -> None:
-        super().load_checkpoint(checkpoint)
-        self.applied = json.loads((Path(checkpoint) / "applied.json").read_text())
+    def reapply_config(self) -> None:
+        pass
 
 
 def stateless_oracle(config: dict[str, Any]) -> None:

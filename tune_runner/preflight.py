@@ -201,6 +201,25 @@ def check_storage(storage: Path | str) -> None:
                         f"choose a folder you can write to")
 
 
+def check_address(address: str, *, timeout_s: float = 5.0) -> None:
+    """A cluster address (host:port or ray://host:port) where nothing answers fails here in seconds;
+    ray.init would retry it for about a quarter of an hour before giving up."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if address == "auto" or "://" in target or not sep or not port.isdigit():
+        return  # ray.init judges these (and finds `auto` itself)
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(f"--address {address}: nothing answers at {host}:{port} ({reason}); check the address "
+                        f"(the head's GCS port, 6379 by default, or ray://host:10001), or drop --address for "
+                        f"a local Ray") from None
+
+
 def check_register(spec: ExperimentSpec, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
     from tune_runner.trainables import OWN

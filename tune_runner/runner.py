@@ -24,6 +24,7 @@ from tune_runner import analysis, export, mlflow_uri, resume, storage, tracking
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
+    check_address,
     check_register,
     check_resources,
     check_storage,
@@ -153,6 +154,7 @@ def _join(address: str, logs: dict, *, plugins: Sequence[str] = ()) -> None:
         if inside_job():
             ray.init(address=address, **logs)
             return
+        check_address(address)
         with package_for_cluster() as package, tempfile.TemporaryDirectory(prefix="tune-rl-plugins-") as tmp:
             modules = [str(package)]  # uploaded by ray.init; the staged copies can go after
             if plugins:
