@@ -255,9 +255,10 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
                out: TextIO, first_seed: int = SEED_BASE) -> Verdict:
     """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank."""
     from ray import tune
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+    from ray.tune.logger import JsonLoggerCallback
 
     from tune_runner import trainables
+    from tune_runner.progress_csv import ProgressCSV
     from tune_runner.runner import BudgetStopper
 
     seed_values = [first_seed + i for i in range(seeds)]
@@ -274,7 +275,7 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
         tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
                                     max_concurrent_trials=spec.max_concurrent),
         run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=BudgetStopper(spec), verbose=0,
-                                  callbacks=[_Progress(picks, spec, out), CSVLoggerCallback(),
+                                  callbacks=[_Progress(picks, spec, out), ProgressCSV(),
                                              JsonLoggerCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))

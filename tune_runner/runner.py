@@ -307,10 +307,12 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
 
     With a URI storage, the experiment is then fetched into `local` for what follows."""
     from ray import tune
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+    from ray.tune.logger import JsonLoggerCallback
+
+    from tune_runner.progress_csv import ProgressCSV
     run_config = tune.RunConfig(
         name=name, storage_path=str(where), stop=BudgetStopper(spec),
-        callbacks=[*callbacks, CSVLoggerCallback(), JsonLoggerCallback()], verbose=0,
+        callbacks=[*callbacks, ProgressCSV(), JsonLoggerCallback()], verbose=0,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
                                                 checkpoint_frequency=CHECKPOINT_EVERY
                                                 if _checkpoints(spec) else 0,
