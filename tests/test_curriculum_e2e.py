@@ -116,16 +116,3 @@ def test_the_logged_task_rises_and_the_envs_follow_it(trainable, runners, ray_se
     (child,) = [r for r in client.search_runs([experiment.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
     logged = [m.value for m in sorted(client.get_metric_history(child.info.run_id, "task"), key=lambda m: m.step)]
     assert logged == tasks
-
-
-def test_the_shipped_curriculum_space_raises_the_task_on_our_ppo(ray_session, cli, _isolated_home):
-    """search_spaces/curriculum.yaml as shipped (envs/curriculum.py's env and task function), budgets cut down."""
-    from ray.tune import ExperimentAnalysis
-
-    result = cli("search", "--space", "curriculum", "--name", "shipped", "--num-samples", "1", "--no-reevaluate",
-                 "--set", "budget=1200", "--set", "env_config.steps_per_task=300", "--set", "minibatch_size=50",
-                 "--set", "train_batch_size_per_learner=200", "--set", "num_envs_per_env_runner=2")
-    assert result.status == 0, result.err
-    (frame,) = ExperimentAnalysis(str(_isolated_home / "results" / "shipped")).trial_dataframes.values()
-    tasks = list(frame["task"])
-    assert tasks == sorted(tasks) and tasks[0] == 0 and tasks[-1] >= 3, tasks

@@ -139,8 +139,7 @@ def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
     result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
                  "--no-reevaluate",
                  "--searcher", "optuna",
-                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=400",
-                 "--set", "num_steps_sampled_before_learning_starts=100")
+                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=1300")  # learning starts at 1000
     assert result.status == 0, result.err
     from ray.tune import ExperimentAnalysis
 
@@ -177,7 +176,7 @@ def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
     result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors",
                  "--no-reevaluate",
                  "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=3000",
-                 "--set", "num_steps_sampled_before_learning_starts=500", "--set", "num_env_runners=1")
+                 "--set", "num_env_runners=1")
     assert result.status == 0, result.err
     last = _progress(_isolated_home, "own-dqn-actors")[-1]
     assert last["env_steps"] >= 3000 and np.isfinite(last["qf_loss"]) and last["epsilon"] < 1.0
