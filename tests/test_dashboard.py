@@ -64,6 +64,7 @@ def get(url: str, **headers: str) -> int:
         return exc.code
 
 
+@pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
 def test_prints_its_url_and_serves_the_default_store(served):
     assert served.url == f"http://127.0.0.1:{served.port}"
     assert served.printed[0].startswith(f"tune-rl dashboard: MLflow UI on sqlite:///{served.home}/mlflow.db")
@@ -71,6 +72,7 @@ def test_prints_its_url_and_serves_the_default_store(served):
     assert get(served.url + "/") == 200
 
 
+@pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
 def test_bound_to_loopback_with_mlflows_host_check_on(served):
     listening = Path("/proc/net/tcp").read_text().split("\n")[1:]
     local = {line.split()[1] for line in listening if line.strip() and line.split()[3] == "0A"}  # LISTEN
@@ -80,6 +82,7 @@ def test_bound_to_loopback_with_mlflows_host_check_on(served):
     assert get(api, Host=f"attacker.example:{served.port}") == 403  # DNS rebinding refused
 
 
+@pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
 def test_the_search_in_a_real_browser(served):
     """A person's path: Model training, the experiment, the parent run and its trials, the metric
     charts against env steps, the parent run's values and its learning-curve plot."""
@@ -128,6 +131,7 @@ def test_the_search_in_a_real_browser(served):
                ("runs.png", "charts.png", "parent-run.png", "learning-curves.png"))
 
 
+@pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
 def test_ctrl_c_stops_the_server_and_everything_it_started(served):
     tree = process_tree(served.proc.pid)
     assert len(tree) >= 3, tree  # tune-rl, mlflow server, its uvicorn worker

@@ -77,6 +77,7 @@ def files_text(folder: Path) -> str:
     return "\n".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_the_uri_check_passes_the_real_server_and_refuses_an_address_that_is_not_its_api(server):
     """The check calls the real server's REST API: the server's root passes, a path beneath it that
     is not MLflow's API (the same host, port and HTTP server) is refused by name."""
@@ -87,6 +88,7 @@ def test_the_uri_check_passes_the_real_server_and_refuses_an_address_that_is_not
         check_uri(server.url + "/no-such-prefix")
 
 
+@pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
     """Two searches' worth of logging at once (threads, like two drivers) into one experiment."""
     results, errors = {}, []
@@ -125,6 +127,7 @@ def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
     assert len(list((server.folder / "artifacts").rglob("learning_curves.png"))) >= 2
 
 
+@pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_credentials_never_reach_runs_models_or_artifacts(server, tmp_path, monkeypatch):
     from tune_runner import model
 
