@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	$(BIN)/python bench/solve_cartpole.py
+	$(BIN)/python bench/solve_cartpole.py --rllib-seeds 3 --max-wall 150
 	$(BIN)/python bench/mlflow_batching.py
 	$(BIN)/python bench/dashboard_start.py
 
