@@ -67,7 +67,8 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     seed.add_argument("--seed", type=int, help="seed of the networks, envs and sampling")
     common(train)
     words = [w for w in argv if not w.startswith("-")]
-    _add_options(train, scan(argv) if words[:1] == ["train"] else {"plugins": []})
+    if words[:1] == ["train"]:  # other commands need none of it: the agents' options import torch (seconds)
+        _add_options(train, scan(argv))
     return train
 
 
