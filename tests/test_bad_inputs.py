@@ -6,6 +6,8 @@ error must contain.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,19 +29,76 @@ def assert_one_line_error(result, *fragments: str) -> None:
     lines = result.err.strip().splitlines()
     assert len(lines) == 1, result.err
     assert "Traceback" not in result.err
+    assert result.out == "", result.out  # nothing began: no header, no progress
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
 
 
-def assert_nothing_written(home: Path) -> None:
-    assert not (home / "results").exists() and not (home / "mlflow.db").exists(), list(home.rglob("*"))
+def files_under(roots: Iterable[Path]) -> dict[Path, tuple[int, int] | None]:
+    """Every path under `roots`, with (mtime, size) for a file: what a command could have written."""
+    found: dict[Path, tuple[int, int] | None] = {}
+    for root in roots:
+        for path in root.rglob("*"):
+            found[path] = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+    return found
+
+
+def mlflow_runs(uri: str) -> int:
+    """How many runs an MLflow database store holds, read with SQL: 0 where it or its tables do not
+    exist, or where it cannot be opened at all (then no command could have written a run there either)."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    if uri.startswith("sqlite:") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return 0  # connecting would create the file
+    try:
+        engine = sqlalchemy.create_engine(uri, poolclass=NullPool)
+        with engine.connect() as connection:
+            if not sqlalchemy.inspect(connection).has_table("runs"):
+                return 0
+            return connection.execute(sqlalchemy.text("SELECT COUNT(*) FROM runs")).scalar_one()
+    except (ImportError, sqlalchemy.exc.SQLAlchemyError):
+        return 0
+
+
+class Untouched:
+    """What a refused command must leave as it was: no file written under TUNE_RL_HOME or the working
+    folder (a results folder, mlflow.db, ./mlruns...), no MLflow run in any store it was pointed at, no Ray."""
+
+    def __init__(self, *, ray_calls: list[str], roots: Sequence[Path], default_store: str) -> None:
+        self.ray_calls, self.roots, self.default_store = ray_calls, roots, default_store
+        self.mark()
+
+    def mark(self) -> None:
+        """Take the picture of 'before' now (once a test has laid out its own files)."""
+        self.before = files_under(self.roots)
+
+    def check(self, argv: Sequence[str] = ()) -> None:
+        """After the command `argv`: its --mlflow-uri (or the default store) holds no run."""
+        assert not self.ray_calls, "Ray was started:\n" + "\n".join(self.ray_calls)
+        after = files_under(self.roots)
+        changed = sorted(str(p) for p in set(after) | set(self.before) if after.get(p, 0) != self.before.get(p, 0))
+        assert not changed, f"written: {changed}"
+        uris = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--mlflow-uri"] or [self.default_store]
+        for uri in uris:
+            if uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
+                assert mlflow_runs(uri) == 0, uri
+
+
+@pytest.fixture
+def untouched(forbid_ray, _isolated_home, tmp_path, monkeypatch) -> Untouched:
+    """The check that a refused command left nothing (see Untouched), run from a fresh working folder."""
+    from tune_runner.paths import default_mlflow_uri
+
+    monkeypatch.chdir(tmp_path)
+    return Untouched(ray_calls=forbid_ray, roots=(_isolated_home, tmp_path), default_store=default_mlflow_uri())
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
-def test_bad_space_file(path, cli, _isolated_home):
+def test_bad_space_file(path, cli, untouched):
     result = cli("search", "--space", str(path))
     assert_one_line_error(result, str(path), expected(path))
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
 @pytest.mark.parametrize("argv, fragments", [
@@ -74,8 +133,36 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["best", "no-such-experiment"], ["experiment 'no-such-experiment'"]),
     (["best", "x", "--scope", "avg-last-x"], ["--scope avg-last-x: expected last | max | avg-last-N"]),
     (["train", "--config", "missing.yaml"], ["missing.yaml: cannot read"]),
+    # --storage: refused before Ray starts, with the OS's reason (a real write is tried: root passes permission bits)
     (["search", "--space", "oracle", "--storage", "/etc/hostname/results"],
-     ["--storage /etc/hostname/results: not writable (/etc/hostname is not a writable folder)"]),
+     ["--storage /etc/hostname/results: cannot create or write a folder there (/etc/hostname: Not a directory); "
+      "choose a folder you can write to"]),
+    (["search", "--space", "oracle", "--storage", "/etc/hostname"], ["--storage /etc/hostname: cannot create or "
+                                                                     "write a folder there (/etc/hostname: Not a"]),
+    (["search", "--space", "oracle", "--storage", "/proc/tune-rl/results"],
+     ["--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: No such file or directory)"]),
+    (["train", "--env_name", "CartPole-v1", "--storage", "/proc/tune-rl/results"],
+     ["--storage /proc/tune-rl/results: cannot create or write a folder there"]),
+    (["search", "--space", "oracle", "--address", "127.0.0.1:9"],
+     ["--address 127.0.0.1:9: nothing answers at 127.0.0.1:9"]),  # before the header: a refusal prints nothing else
+    # --name: one folder name under --storage; experiment names that other commands read stay inside it too
+    (["search", "--space", "oracle", "--name", "../../x"],
+     ["--name ../../x: expected one folder name (not . or .., without '/', '\\' or control characters, at most "
+      "255 bytes), e.g. cartpole-ppo"]),
+    (["search", "--space", "oracle", "--name", "/abs/path"], ["--name /abs/path: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a/b"], ["--name a/b: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a\\b"], ["--name a\\b: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", ".."], ["--name ..: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", ""], ["--name '': expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a\nb"], ["--name 'a\\nb': expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "x" * 256], ["expected one folder name"]),
+    (["train", "--env_name", "CartPole-v1", "--name", "../x"], ["--name ../x: expected one folder name"]),
+    (["submit", "--space", "oracle", "--mlflow-uri", "http://mlflow:5000", "--name", "/tmp/x"],
+     ["--name /tmp/x: expected one folder name"]),
+    (["best", "../../x"], ["experiment '../../x': no such folder; give an experiment's folder, or its name under "]),
+    (["report", "../x"], ["experiment '../x': no such folder; give an experiment's folder, or its name under"]),
+    (["resume", "a/b"], ["experiment 'a/b': no such folder; give an experiment's folder, or its name under"]),
+    (["resume", "../x", "--storage", "file:///nonexistent/results"], ["experiment ../x: expected one folder name"]),
     (["search", "--space", "oracle", "--max-failures", "-1"], ["--max-failures -1: must be 0 or more"]),
     (["search", "--space", "oracle", "--gpu", "first"], ['--gpu first: expected GPU indices like "0" or "0,1"']),
     (["search", "--space", "oracle", "--gpus-per-trial", "-0.5"], ["--gpus-per-trial -0.5: must be 0 or more"]),
@@ -138,10 +225,10 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["evaluate", "ckpt", "--render", "rgb_array", "--video", "/no/such/folder/out.mp4"],
      ["--video /no/such/folder/out.mp4: "]),
 ])
-def test_bad_flags(argv, fragments, cli, _isolated_home):
+def test_bad_flags(argv, fragments, cli, untouched):
     result = cli(*argv)
     assert_one_line_error(result, *fragments)
-    assert_nothing_written(_isolated_home)
+    untouched.check(argv)
 
 
 def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
@@ -166,11 +253,37 @@ def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes
         check_address(left_to_ray)  # ray.init finds or judges these itself
 
 
-def test_space_file_is_not_an_export(cli, _isolated_home):
+def test_verify_refuses_a_storage_it_cannot_write_before_ray(cli, untouched, tmp_path):
+    import yaml
+
+    from tests.test_robust import _bundle, _sure_verdict
+
+    bundle = tmp_path / "bundle" / "best.yaml"
+    bundle.parent.mkdir()
+    bundle.write_text(yaml.safe_dump(_bundle(bundle.parent, _sure_verdict())))
+    untouched.mark()
+    result = cli("verify", str(bundle), "--storage", "/proc/tune-rl/results")
+    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: ")
+    untouched.check()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits: nothing to refuse as root")
+def test_a_storage_without_write_permission_is_refused(cli, untouched, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    untouched.mark()
+    result = cli("search", "--space", "oracle", "--storage", str(locked / "results"))
+    assert_one_line_error(result, f"--storage {locked / 'results'}: cannot create or write a folder there "
+                                  f"({locked}: Permission denied)")
+    untouched.check()
+
+
+def test_space_file_is_not_an_export(cli, untouched):
     from tune_runner.spec import shipped_spaces
 
     result = cli("train", "--config", str(shipped_spaces()["ppo_small"]))
     assert_one_line_error(result, "not a tune-rl best-config export")
+    untouched.check()
 
 
 def test_traceback_flag_shows_the_stack(cli):
@@ -180,7 +293,7 @@ def test_traceback_flag_shows_the_stack(cli):
         cli("--traceback", "search", "--space", "ppo_smal")
 
 
-def test_dashboard_on_a_port_in_use(cli, _isolated_home):
+def test_dashboard_on_a_port_in_use(cli, untouched):
     import socket
 
     with socket.socket() as busy:
@@ -189,10 +302,10 @@ def test_dashboard_on_a_port_in_use(cli, _isolated_home):
         port = busy.getsockname()[1]
         result = cli("dashboard", "--port", str(port))
     assert_one_line_error(result, f"--port {port}: 127.0.0.1:{port} is in use", "leave --port out for a free one")
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
-def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
+def test_search_against_a_server_that_refuses_us(cli, untouched):
     import http.server
     import threading
 
@@ -214,7 +327,7 @@ def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
         server.server_close()
     assert_one_line_error(result, f"--mlflow-uri {url}: the server refused us (HTTP 401",
                           "MLFLOW_TRACKING_USERNAME")
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
 # --- saved state of an interrupted search (tune-rl resume) ----------------------------------------------------------
@@ -257,14 +370,14 @@ def test_the_saved_state_fixture_resumes_when_undamaged(cli, _isolated_home, mon
 
 
 @pytest.mark.parametrize("case", STATE_CORPUS, ids=[p.stem for p in STATE_CORPUS])
-def test_bad_saved_state(case, cli, _isolated_home, monkeypatch):
+def test_bad_saved_state(case, cli, _isolated_home, monkeypatch, untouched):
     from tests.resume_helpers import options, record_runs, saved_search
 
     started = record_runs(monkeypatch)
-    folder = saved_search(options(_isolated_home, storage=_isolated_home / "results"))
-    named = damage(case, folder)
-    before = sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*"))
+    saved = options(_isolated_home, storage=_isolated_home / "results")
+    named = damage(case, saved_search(saved))
+    untouched.mark()
     result = cli("resume", "exp")
     assert_one_line_error(result, str(named), expected(case))
-    assert started == []  # no Ray, no MLflow run: both start only inside runner.run
-    assert sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*")) == before
+    assert started == []  # runner.run, where a resume starts Ray and opens MLflow runs, was not reached
+    untouched.check(["--mlflow-uri", saved.mlflow_uri])
