@@ -143,6 +143,8 @@ def test_bad_space_file(path, cli, untouched):
      ["--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: No such file or directory)"]),
     (["train", "--env_name", "CartPole-v1", "--storage", "/proc/tune-rl/results"],
      ["--storage /proc/tune-rl/results: cannot create or write a folder there"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:///store/mlflow.db", "--storage", "/proc/tune-rl/r"],
+     ["--storage /proc/tune-rl/r: cannot create or write"]),  # and ./store, where the store would go, is not made
     (["search", "--space", "oracle", "--address", "127.0.0.1:9"],
      ["--address 127.0.0.1:9: nothing answers at 127.0.0.1:9"]),  # before the header: a refusal prints nothing else
     # --name: one folder name under --storage; experiment names that other commands read stay inside it too
@@ -178,6 +180,25 @@ def test_bad_space_file(path, cli, untouched):
     (["spaces", "show", "dqn_smal"], ["did you mean 'dqn_small'?"]),
     (["search", "--space", "oracle", "--mlflow-uri", "ftp://host/mlflow"],
      ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'; use sqlite:///"]),
+    # database and file stores: connected (or tried) before launch, the password masked
+    (["search", "--space", "oracle", "--mlflow-uri", "postgresql://tune:s3cret@127.0.0.1:9/mlflow"],
+     ["--mlflow-uri postgresql://tune:***@127.0.0.1:9/mlflow: nothing answers at 127.0.0.1:9 (Connection refused); "
+      "start the database server or fix the host and port"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "mysql://tune:s3cret@db.invalid/mlflow"],
+     ["--mlflow-uri mysql://tune:***@db.invalid/mlflow: "]),
+    (["search", "--space", "oracle", "--mlflow-uri", "postgresql+nosuchdriver://db/mlflow"],
+     ["--mlflow-uri postgresql+nosuchdriver://db/mlflow: not a database URI SQLAlchemy reads (Can't load plugin",
+      "write postgresql://user:password@host:port/database"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:////etc/hostname/mlflow.db"],
+     ["--mlflow-uri sqlite:////etc/hostname/mlflow.db: cannot write the store's folder (/etc/hostname: Not a "
+      "directory); choose a folder you can write to"]),
+    (["search", "--space", "oracle", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs'}"],
+     [f"cannot write {HERE / 'bad_inputs'} (Is a directory); choose a file you can write to"]),
+    (["search", "--space", "oracle", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs' / 'bad_mode.yaml'}"],
+     [f"{HERE / 'bad_inputs' / 'bad_mode.yaml'} is not an SQLite database (file is not a database); point it at"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/tune-rl/mlruns"],
+     ["--mlflow-uri file:///proc/tune-rl/mlruns: cannot write the store's folder (/proc: No such file or"]),
+    (["resume", "x", "--mlflow-uri", "sqlite:////etc/hostname/mlflow.db"], ["experiment 'x'"]),
     (["search", "--space", "oracle", "--register-model", "policy"],
      ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
     (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
@@ -276,6 +297,46 @@ def test_a_storage_without_write_permission_is_refused(cli, untouched, tmp_path)
     assert_one_line_error(result, f"--storage {locked / 'results'}: cannot create or write a folder there "
                                   f"({locked}: Permission denied)")
     untouched.check()
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    from tests.mlflow_helpers import Postgres
+
+    try:
+        cluster = Postgres().start()
+    except (FileNotFoundError, RuntimeError, OSError) as exc:
+        pytest.fail(f"PostgreSQL could not be started for the database-store tests: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.e2e  # a real PostgreSQL server: not for the quick unit run
+@pytest.mark.parametrize("wrong, fragment", [
+    ("password", 'password authentication failed for user "tune"'),
+    ("database", 'database "nowhere" does not exist'),
+    ("user", 'password authentication failed for user "nobody"'),
+])
+def test_a_database_store_that_refuses_us_is_named_before_launch(postgres, wrong, fragment, cli, untouched):
+    from tune_runner.mlflow_uri import check_uri, redacted
+
+    assert check_uri(postgres.uri) is None  # the right URI connects
+    uri = {"password": postgres.uri.replace(postgres.password, "not-the-password"),
+           "database": postgres.uri.replace("/mlflow", "/nowhere"),
+           "user": postgres.uri.replace("tune:", "nobody:")}[wrong]
+    result = cli("search", "--space", "oracle", "--mlflow-uri", uri)
+    assert_one_line_error(result, f"--mlflow-uri {redacted(uri)}: cannot connect to the database (", fragment,
+                          "); check the user, the password and the database name")
+    assert postgres.password not in result.err and "not-the-password" not in result.err
+    untouched.check(["--mlflow-uri", postgres.uri])
+
+
+@pytest.mark.e2e  # a real PostgreSQL server: not for the quick unit run
+def test_a_refusal_after_the_database_check_leaves_no_run_in_it(postgres, cli, untouched):
+    argv = ["search", "--space", "oracle", "--mlflow-uri", postgres.uri, "--storage", "/proc/tune-rl/results"]
+    result = cli(*argv)
+    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there")
+    untouched.check(argv)  # counts the runs in PostgreSQL itself
 
 
 def test_space_file_is_not_an_export(cli, untouched):
