@@ -170,7 +170,8 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
     _check_names(agent=agent, env=args.env_name)
     raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": args.budget or DEFAULT_BUDGET},
            "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
-    return build_spec(raw, name=f"{agent.replace('/', '-')}-{args.env_name}", source="tune-rl train")
+    name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
+    return build_spec(raw, name=name, source="tune-rl train")
 
 
 def _check_names(*, agent: str, env: str) -> None:
