@@ -7,7 +7,6 @@ error must contain.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -32,66 +31,6 @@ def assert_one_line_error(result, *fragments: str) -> None:
     assert result.out == "", result.out  # nothing began: no header, no progress
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
-
-
-def files_under(roots: Iterable[Path]) -> dict[Path, tuple[int, int] | None]:
-    """Every path under `roots`, with (mtime, size) for a file: what a command could have written."""
-    found: dict[Path, tuple[int, int] | None] = {}
-    for root in roots:
-        for path in root.rglob("*"):
-            found[path] = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
-    return found
-
-
-def mlflow_runs(uri: str) -> int:
-    """How many runs an MLflow database store holds, read with SQL: 0 where it or its tables do not
-    exist, or where it cannot be opened at all (then no command could have written a run there either)."""
-    import sqlalchemy
-    from sqlalchemy.pool import NullPool
-
-    if uri.startswith("sqlite:") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        return 0  # connecting would create the file
-    try:
-        engine = sqlalchemy.create_engine(uri, poolclass=NullPool)
-        with engine.connect() as connection:
-            if not sqlalchemy.inspect(connection).has_table("runs"):
-                return 0
-            return connection.execute(sqlalchemy.text("SELECT COUNT(*) FROM runs")).scalar_one()
-    except (ImportError, sqlalchemy.exc.SQLAlchemyError):
-        return 0
-
-
-class Untouched:
-    """What a refused command must leave as it was: no file written under TUNE_RL_HOME or the working
-    folder (a results folder, mlflow.db, ./mlruns...), no MLflow run in any store it was pointed at, no Ray."""
-
-    def __init__(self, *, ray_calls: list[str], roots: Sequence[Path], default_store: str) -> None:
-        self.ray_calls, self.roots, self.default_store = ray_calls, roots, default_store
-        self.mark()
-
-    def mark(self) -> None:
-        """Take the picture of 'before' now (once a test has laid out its own files)."""
-        self.before = files_under(self.roots)
-
-    def check(self, argv: Sequence[str] = ()) -> None:
-        """After the command `argv`: its --mlflow-uri (or the default store) holds no run."""
-        assert not self.ray_calls, "Ray was started:\n" + "\n".join(self.ray_calls)
-        after = files_under(self.roots)
-        changed = sorted(str(p) for p in set(after) | set(self.before) if after.get(p, 0) != self.before.get(p, 0))
-        assert not changed, f"written: {changed}"
-        uris = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--mlflow-uri"] or [self.default_store]
-        for uri in uris:
-            if uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
-                assert mlflow_runs(uri) == 0, uri
-
-
-@pytest.fixture
-def untouched(forbid_ray, _isolated_home, tmp_path, monkeypatch) -> Untouched:
-    """The check that a refused command left nothing (see Untouched), run from a fresh working folder."""
-    from tune_runner.paths import default_mlflow_uri
-
-    monkeypatch.chdir(tmp_path)
-    return Untouched(ray_calls=forbid_ray, roots=(_isolated_home, tmp_path), default_store=default_mlflow_uri())
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
