@@ -109,9 +109,9 @@ def _check_database(uri: str, *, timeout_s: int = CONNECT_TIMEOUT_S) -> None:
         engine = sqlalchemy.create_engine(url, poolclass=NullPool,
                                           connect_args=_timeout_args(url.get_driver_name(), timeout_s))
     except ImportError as exc:  # create_engine imports the driver
-        package = DRIVER_PACKAGES.get(exc.name or "", exc.name)
+        package = f" (pip install {DRIVER_PACKAGES.get(exc.name, exc.name)})" if exc.name else ""
         raise UserError(f"--mlflow-uri {shown}: its database driver is not installed ({exc}); install it in "
-                        f"tune-rl's Python (pip install {package})") from None
+                        f"tune-rl's Python{package}") from None
     except sqlalchemy.exc.ArgumentError as exc:
         raise UserError(f"--mlflow-uri {shown}: not a database URI SQLAlchemy reads ({exc}); write "
                         f"{uri.split('://', 1)[0].split('+', 1)[0]}://user:password@host:port/database") from None
@@ -154,7 +154,7 @@ def _timeout_args(driver: str, timeout_s: int) -> dict[str, Any]:
 
 
 def _first_line(text: str, *, secret: str | None) -> str:
-    line = next((part.strip() for part in text.splitlines() if part.strip()), text.strip())
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "no reason given")
     return line.replace(secret, "***") if secret else line
 
 
