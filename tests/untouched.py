@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from tune_runner.mlflow_uri import redacted
+
 
 def files_under(roots: Iterable[Path]) -> dict[Path, tuple[int, int] | None]:
     """Every path under `roots`, with (mtime, size) for a file: what a command could have written."""
@@ -56,4 +58,4 @@ class Untouched:
         uris = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--mlflow-uri"] or [self.default_store]
         for uri in uris:
             if uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
-                assert mlflow_runs(uri) == 0, uri
+                assert mlflow_runs(uri) == 0, f"an MLflow run was left in {redacted(uri)}"
