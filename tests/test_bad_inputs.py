@@ -137,7 +137,6 @@ def test_bad_space_file(path, cli, untouched):
      [f"{HERE / 'bad_inputs' / 'bad_mode.yaml'} is not an SQLite database (file is not a database); point it at"]),
     (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/tune-rl/mlruns"],
      ["--mlflow-uri file:///proc/tune-rl/mlruns: cannot write the store's folder (/proc: No such file or"]),
-    (["resume", "x", "--mlflow-uri", "sqlite:////etc/hostname/mlflow.db"], ["experiment 'x'"]),
     (["search", "--space", "oracle", "--register-model", "policy"],
      ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
     (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
