@@ -88,3 +88,14 @@ def forbid_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield calls
     assert not calls, "Ray was started (or an API that starts it was called) from:\n" + "\n".join(calls)
     assert ray.is_initialized() == was_up
+
+
+@pytest.fixture
+def untouched(forbid_ray: list[str], _isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """For a refused command: `untouched.check(argv)` afterwards asserts it left nothing (tests/untouched.py).
+    The test runs from a fresh working folder, where a stray ./mlruns or results folder would show."""
+    from tests.untouched import Untouched
+    from tune_runner.paths import default_mlflow_uri
+
+    monkeypatch.chdir(tmp_path)
+    return Untouched(ray_calls=forbid_ray, roots=(_isolated_home, tmp_path), default_store=default_mlflow_uri())

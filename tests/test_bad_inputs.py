@@ -6,6 +6,7 @@ error must contain.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,19 +28,16 @@ def assert_one_line_error(result, *fragments: str) -> None:
     lines = result.err.strip().splitlines()
     assert len(lines) == 1, result.err
     assert "Traceback" not in result.err
+    assert result.out == "", result.out  # nothing began: no header, no progress
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
 
 
-def assert_nothing_written(home: Path) -> None:
-    assert not (home / "results").exists() and not (home / "mlflow.db").exists(), list(home.rglob("*"))
-
-
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
-def test_bad_space_file(path, cli, _isolated_home):
+def test_bad_space_file(path, cli, untouched):
     result = cli("search", "--space", str(path))
     assert_one_line_error(result, str(path), expected(path))
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
 @pytest.mark.parametrize("argv, fragments", [
@@ -74,8 +72,38 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["best", "no-such-experiment"], ["experiment 'no-such-experiment'"]),
     (["best", "x", "--scope", "avg-last-x"], ["--scope avg-last-x: expected last | max | avg-last-N"]),
     (["train", "--config", "missing.yaml"], ["missing.yaml: cannot read"]),
+    # --storage: refused before Ray starts, with the OS's reason (a real write is tried: root passes permission bits)
     (["search", "--space", "oracle", "--storage", "/etc/hostname/results"],
-     ["--storage /etc/hostname/results: not writable (/etc/hostname is not a writable folder)"]),
+     ["--storage /etc/hostname/results: cannot create or write a folder there (/etc/hostname: Not a directory); "
+      "choose a folder you can write to"]),
+    (["search", "--space", "oracle", "--storage", "/etc/hostname"], ["--storage /etc/hostname: cannot create or "
+                                                                     "write a folder there (/etc/hostname: Not a"]),
+    (["search", "--space", "oracle", "--storage", "/proc/tune-rl/results"],
+     ["--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: No such file or directory)"]),
+    (["train", "--env_name", "CartPole-v1", "--storage", "/proc/tune-rl/results"],
+     ["--storage /proc/tune-rl/results: cannot create or write a folder there"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:///store/mlflow.db", "--storage", "/proc/tune-rl/r"],
+     ["--storage /proc/tune-rl/r: cannot create or write"]),  # and ./store, where the store would go, is not made
+    (["search", "--space", "oracle", "--address", "127.0.0.1:9"],
+     ["--address 127.0.0.1:9: nothing answers at 127.0.0.1:9"]),  # before the header: a refusal prints nothing else
+    # --name: one folder name under --storage; experiment names that other commands read stay inside it too
+    (["search", "--space", "oracle", "--name", "../../x"],
+     ["--name ../../x: expected one folder name (not . or .., without '/', '\\' or control characters, at most "
+      "255 bytes), e.g. cartpole-ppo"]),
+    (["search", "--space", "oracle", "--name", "/abs/path"], ["--name /abs/path: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a/b"], ["--name a/b: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a\\b"], ["--name a\\b: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", ".."], ["--name ..: expected one folder name"]),
+    (["search", "--space", "oracle", "--name", ""], ["--name '': expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "a\nb"], ["--name 'a\\nb': expected one folder name"]),
+    (["search", "--space", "oracle", "--name", "x" * 256], ["expected one folder name"]),
+    (["train", "--env_name", "CartPole-v1", "--name", "../x"], ["--name ../x: expected one folder name"]),
+    (["submit", "--space", "oracle", "--mlflow-uri", "http://mlflow:5000", "--name", "/tmp/x"],
+     ["--name /tmp/x: expected one folder name"]),
+    (["best", "../../x"], ["experiment '../../x': no such folder; give an experiment's folder, or its name under "]),
+    (["report", "../x"], ["experiment '../x': no such folder; give an experiment's folder, or its name under"]),
+    (["resume", "a/b"], ["experiment 'a/b': no such folder; give an experiment's folder, or its name under"]),
+    (["resume", "../x", "--storage", "file:///nonexistent/results"], ["experiment ../x: expected one folder name"]),
     (["search", "--space", "oracle", "--max-failures", "-1"], ["--max-failures -1: must be 0 or more"]),
     (["search", "--space", "oracle", "--gpu", "first"], ['--gpu first: expected GPU indices like "0" or "0,1"']),
     (["search", "--space", "oracle", "--gpus-per-trial", "-0.5"], ["--gpus-per-trial -0.5: must be 0 or more"]),
@@ -91,6 +119,24 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["spaces", "show", "dqn_smal"], ["did you mean 'dqn_small'?"]),
     (["search", "--space", "oracle", "--mlflow-uri", "ftp://host/mlflow"],
      ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'; use sqlite:///"]),
+    # database and file stores: connected (or tried) before launch, the password masked
+    (["search", "--space", "oracle", "--mlflow-uri", "postgresql://tune:s3cret@127.0.0.1:9/mlflow"],
+     ["--mlflow-uri postgresql://tune:***@127.0.0.1:9/mlflow: nothing answers at 127.0.0.1:9 (Connection refused); "
+      "start the database server or fix the host and port"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "mysql://tune:s3cret@db.invalid/mlflow"],
+     ["--mlflow-uri mysql://tune:***@db.invalid/mlflow: "]),
+    (["search", "--space", "oracle", "--mlflow-uri", "postgresql+nosuchdriver://db/mlflow"],
+     ["--mlflow-uri postgresql+nosuchdriver://db/mlflow: not a database URI SQLAlchemy reads (Can't load plugin",
+      "write postgresql://user:password@host:port/database"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:////etc/hostname/mlflow.db"],
+     ["--mlflow-uri sqlite:////etc/hostname/mlflow.db: cannot write the store's folder (/etc/hostname: Not a "
+      "directory); choose a folder you can write to"]),
+    (["search", "--space", "oracle", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs'}"],
+     [f"cannot write {HERE / 'bad_inputs'} (Is a directory); choose a file you can write to"]),
+    (["search", "--space", "oracle", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs' / 'bad_mode.yaml'}"],
+     [f"{HERE / 'bad_inputs' / 'bad_mode.yaml'} is not an SQLite database (file is not a database); point it at"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/tune-rl/mlruns"],
+     ["--mlflow-uri file:///proc/tune-rl/mlruns: cannot write the store's folder (/proc: No such file or"]),
     (["search", "--space", "oracle", "--register-model", "policy"],
      ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
     (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
@@ -138,10 +184,10 @@ def test_bad_space_file(path, cli, _isolated_home):
     (["evaluate", "ckpt", "--render", "rgb_array", "--video", "/no/such/folder/out.mp4"],
      ["--video /no/such/folder/out.mp4: "]),
 ])
-def test_bad_flags(argv, fragments, cli, _isolated_home):
+def test_bad_flags(argv, fragments, cli, untouched):
     result = cli(*argv)
     assert_one_line_error(result, *fragments)
-    assert_nothing_written(_isolated_home)
+    untouched.check(argv)
 
 
 def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
@@ -166,11 +212,77 @@ def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes
         check_address(left_to_ray)  # ray.init finds or judges these itself
 
 
-def test_space_file_is_not_an_export(cli, _isolated_home):
+def test_verify_refuses_a_storage_it_cannot_write_before_ray(cli, untouched, tmp_path):
+    import yaml
+
+    from tests.test_robust import _bundle, _sure_verdict
+
+    bundle = tmp_path / "bundle" / "best.yaml"
+    bundle.parent.mkdir()
+    bundle.write_text(yaml.safe_dump(_bundle(bundle.parent, _sure_verdict())))
+    untouched.mark()
+    result = cli("verify", str(bundle), "--storage", "/proc/tune-rl/results")
+    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: ")
+    untouched.check()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits: nothing to refuse as root")
+def test_a_storage_without_write_permission_is_refused(cli, untouched, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    untouched.mark()
+    result = cli("search", "--space", "oracle", "--storage", str(locked / "results"))
+    assert_one_line_error(result, f"--storage {locked / 'results'}: cannot create or write a folder there "
+                                  f"({locked}: Permission denied)")
+    untouched.check()
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    from tests.mlflow_helpers import Postgres
+
+    try:
+        cluster = Postgres().start()
+    except (FileNotFoundError, RuntimeError, OSError) as exc:
+        pytest.fail(f"PostgreSQL could not be started for the database-store tests: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.e2e  # a real PostgreSQL server: not for the quick unit run
+@pytest.mark.parametrize("wrong, fragment", [
+    ("password", 'password authentication failed for user "tune"'),
+    ("database", 'database "nowhere" does not exist'),
+    ("user", 'password authentication failed for user "nobody"'),
+])
+def test_a_database_store_that_refuses_us_is_named_before_launch(postgres, wrong, fragment, cli, untouched):
+    from tune_runner.mlflow_uri import check_uri, redacted
+
+    assert check_uri(postgres.uri) is None  # the right URI connects
+    uri = {"password": postgres.uri.replace(postgres.password, "not-the-password"),
+           "database": postgres.uri.replace("/mlflow", "/nowhere"),
+           "user": postgres.uri.replace("tune:", "nobody:")}[wrong]
+    result = cli("search", "--space", "oracle", "--mlflow-uri", uri)
+    assert_one_line_error(result, f"--mlflow-uri {redacted(uri)}: cannot connect to the database (", fragment,
+                          "); check the user, the password and the database name")
+    assert postgres.password not in result.err and "not-the-password" not in result.err
+    untouched.check(["--mlflow-uri", postgres.uri])
+
+
+@pytest.mark.e2e  # a real PostgreSQL server: not for the quick unit run
+def test_a_refusal_after_the_database_check_leaves_no_run_in_it(postgres, cli, untouched):
+    argv = ["search", "--space", "oracle", "--mlflow-uri", postgres.uri, "--storage", "/proc/tune-rl/results"]
+    result = cli(*argv)
+    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there")
+    untouched.check(argv)  # counts the runs in PostgreSQL itself
+
+
+def test_space_file_is_not_an_export(cli, untouched):
     from tune_runner.spec import shipped_spaces
 
     result = cli("train", "--config", str(shipped_spaces()["ppo_small"]))
     assert_one_line_error(result, "not a tune-rl best-config export")
+    untouched.check()
 
 
 def test_traceback_flag_shows_the_stack(cli):
@@ -180,7 +292,7 @@ def test_traceback_flag_shows_the_stack(cli):
         cli("--traceback", "search", "--space", "ppo_smal")
 
 
-def test_dashboard_on_a_port_in_use(cli, _isolated_home):
+def test_dashboard_on_a_port_in_use(cli, untouched):
     import socket
 
     with socket.socket() as busy:
@@ -189,10 +301,10 @@ def test_dashboard_on_a_port_in_use(cli, _isolated_home):
         port = busy.getsockname()[1]
         result = cli("dashboard", "--port", str(port))
     assert_one_line_error(result, f"--port {port}: 127.0.0.1:{port} is in use", "leave --port out for a free one")
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
-def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
+def test_search_against_a_server_that_refuses_us(cli, untouched):
     import http.server
     import threading
 
@@ -214,7 +326,7 @@ def test_search_against_a_server_that_refuses_us(cli, _isolated_home):
         server.server_close()
     assert_one_line_error(result, f"--mlflow-uri {url}: the server refused us (HTTP 401",
                           "MLFLOW_TRACKING_USERNAME")
-    assert_nothing_written(_isolated_home)
+    untouched.check()
 
 
 # --- saved state of an interrupted search (tune-rl resume) ----------------------------------------------------------
@@ -257,14 +369,14 @@ def test_the_saved_state_fixture_resumes_when_undamaged(cli, _isolated_home, mon
 
 
 @pytest.mark.parametrize("case", STATE_CORPUS, ids=[p.stem for p in STATE_CORPUS])
-def test_bad_saved_state(case, cli, _isolated_home, monkeypatch):
+def test_bad_saved_state(case, cli, _isolated_home, monkeypatch, untouched):
     from tests.resume_helpers import options, record_runs, saved_search
 
     started = record_runs(monkeypatch)
-    folder = saved_search(options(_isolated_home, storage=_isolated_home / "results"))
-    named = damage(case, folder)
-    before = sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*"))
+    saved = options(_isolated_home, storage=_isolated_home / "results")
+    named = damage(case, saved_search(saved))
+    untouched.mark()
     result = cli("resume", "exp")
     assert_one_line_error(result, str(named), expected(case))
-    assert started == []  # no Ray, no MLflow run: both start only inside runner.run
-    assert sorted((p.relative_to(_isolated_home), p.stat().st_mtime_ns) for p in _isolated_home.rglob("*")) == before
+    assert started == []  # runner.run, where a resume starts Ray and opens MLflow runs, was not reached
+    untouched.check(["--mlflow-uri", saved.mlflow_uri])

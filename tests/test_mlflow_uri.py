@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -86,24 +88,84 @@ def test_bad_uris(uri, fragment):
         check_uri(uri)
 
 
-def test_database_uris_pass_without_a_connection(monkeypatch):
-    """MLflow opens a database store itself; the check must not look the host up or connect to it."""
-    tried = []
+def test_a_database_where_nothing_listens_is_refused_with_its_password_masked():
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(UserError) as caught:
+        check_uri(f"postgresql://ann:{MARKER}@127.0.0.1:{port}/mlflow")
+    assert str(caught.value) == (f"--mlflow-uri postgresql://ann:***@127.0.0.1:{port}/mlflow: nothing answers at "
+                                 f"127.0.0.1:{port} (Connection refused); start the database server or fix the "
+                                 f"host and port")
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        tried.append(args)
-        raise OSError("a test forbids the network here")
 
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    for uri in ("postgresql://mlflow@db.invalid:5432/mlflow", "postgresql+psycopg2://mlflow@db.invalid/mlflow",
-                "mysql://ann@db.invalid/mlflow"):
-        assert check_uri(uri) is None, uri
-    assert tried == []
-    with pytest.raises(UserError, match="MLflow server unreachable"):  # the same guard sees an HTTP check
-        check_uri("http://db.invalid:5000")
-    assert tried
+def test_a_database_port_that_never_answers_is_given_up_after_the_connect_timeout():
+    """A host that takes the TCP connection and then says nothing (a firewall, a wrong service) must not
+    hold the search up: the driver's own connect timeout ends it. Run in a thread, so that a check
+    without a timeout fails this test instead of hanging it."""
+    from tune_runner.mlflow_uri import CONNECT_TIMEOUT_S
+
+    raised: list[Exception] = []
+
+    def check(uri: str) -> None:
+        try:
+            check_uri(uri)
+        except Exception as exc:  # noqa: BLE001 - examined below
+            raised.append(exc)
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel completes the handshake; nobody ever reads or answers
+        port = silent.getsockname()[1]
+        worker = threading.Thread(target=check, args=(f"postgresql://ann:{MARKER}@127.0.0.1:{port}/mlflow",),
+                                  daemon=True)
+        worker.start()
+        worker.join(CONNECT_TIMEOUT_S + 5)
+    assert not worker.is_alive(), f"still connecting after {CONNECT_TIMEOUT_S + 5} s"
+    assert len(raised) == 1 and isinstance(raised[0], UserError), raised
+    assert re.match(rf"--mlflow-uri postgresql://ann:\*\*\*@127.0.0.1:{port}/mlflow: cannot connect to the "
+                    r"database \(.*timeout.*\); check the user", str(raised[0])), raised[0]
+
+
+def test_a_missing_database_driver_is_named_with_its_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    with pytest.raises(UserError, match=r"^--mlflow-uri postgresql://ann:\*\*\*@db/mlflow: its database driver is "
+                                        r"not installed \(.*psycopg.*\); install it in tune-rl's Python "
+                                        r"\(pip install 'psycopg\[binary\]'\)$"):
+        check_uri(f"postgresql://ann:{MARKER}@db/mlflow")
+
+
+def test_sqlite_stores_are_checked_without_creating_anything(tmp_path):
+    import sqlite3
+
+    from tune_runner.mlflow_uri import create_store_folder
+
+    new = tmp_path / "new" / "dir" / "m.db"
+    assert check_uri(f"sqlite:///{new}") is None
+    assert list(tmp_path.iterdir()) == []  # the folder is made when the search opens the store
+    create_store_folder(f"sqlite:///{new}")  # what tracking.client does first
+    assert new.parent.is_dir() and not new.exists()
+    with sqlite3.connect(tmp_path / "store.db") as database:
+        database.execute("CREATE TABLE runs (id TEXT)")
+    assert check_uri(f"sqlite:///{tmp_path / 'store.db'}") is None
+    (tmp_path / "notes.db").write_text("not a database, but long enough to be taken for one's header\n" * 4)
+    with pytest.raises(UserError, match=r"notes.db is not an SQLite database \(file is not a database\)"):
+        check_uri(f"sqlite:///{tmp_path / 'notes.db'}")
+    with pytest.raises(UserError, match=r"cannot write .*/new \(Is a directory\); choose a file"):
+        check_uri(f"sqlite:///{tmp_path / 'new'}")
+    with pytest.raises(UserError, match=r"cannot write the store's folder \(.*notes.db: Not a directory\)"):
+        check_uri(f"sqlite:///{tmp_path / 'notes.db' / 'm.db'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "notes.db", "store.db"]  # no probe left behind
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits: nothing to refuse as root")
+def test_a_store_folder_without_write_permission_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(UserError, match=r"cannot write the store's folder \(.*locked: Permission denied\)"):
+        check_uri(f"sqlite:///{locked / 'm.db'}")
 
 
 def test_auth_headers_follow_mlflows_precedence(monkeypatch):

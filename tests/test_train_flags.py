@@ -36,6 +36,13 @@ def test_dashed_spellings_and_rllib_batch_name():
     assert spec.fixed == {"train_batch_size_per_learner": 400, "num_env_runners": 1, "seed": 4}
 
 
+def test_the_default_experiment_name_is_one_folder_name_for_namespaced_envs_and_agents():
+    from tune_runner.paths import check_name
+
+    _, spec, _ = spec_of(["train", "--env_name", "phys2d/CartPole-v1", "--agent_name", "rllib/PPO"])
+    assert check_name(spec.name) == "rllib-PPO-phys2d-CartPole-v1"  # not a folder rllib/PPO-phys2d/...
+
+
 def test_the_agents_own_options_are_flags_typed_from_its_config():
     _, spec, _ = spec_of(["train", "--env_name", "CartPole-v1", "--agent_name", "dqn", "--lr", "1e-4",
                           "--double_q", "false", "--fcnet_hiddens", "[32, 32]", "--epsilon", "[[0, 1.0], [500, 0.1]]"])

@@ -57,6 +57,11 @@ def experiment_path(ref: str, *, storage: Path | str | None = None, command: str
         return candidate.resolve()
     local_only(storage, command=command)
     root = storage or paths.default_storage()
+    try:
+        paths.check_name(ref, flag="experiment")
+    except UserError:  # a path that is not there: a name would have to stay inside the results folder
+        raise UserError(f"experiment {ref!r}: no such folder; give an experiment's folder, or its name under "
+                        f"{root} (one folder name, e.g. cartpole-ppo)") from None
     if (root / ref).is_dir():
         return (root / ref).resolve()
     known = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

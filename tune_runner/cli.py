@@ -56,6 +56,12 @@ def _storage(value: str) -> Any:
     return parse(value)
 
 
+def _name(value: str) -> str:
+    from tune_runner.paths import check_name
+
+    return check_name(value)
+
+
 STORAGE_HELP = "results folder or URI (s3://bucket/results, gs://..., file://...) (default: $TUNE_RL_HOME/results)"
 
 
@@ -63,7 +69,8 @@ def _run_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) -> N
     """Flags of any run: overrides, names, where results and tracking go, trial resources."""
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a fixed value, the budget (budget=50000) or env_config.KEY; repeatable")
-    parser.add_argument("--name", help="experiment name (default: <space>-<timestamp>)")
+    parser.add_argument("--name", type=_name, help="experiment name, one folder name under --storage "
+                                                   "(default: <space>-<timestamp>)")
     parser.add_argument("--storage", type=storage, help=STORAGE_HELP)
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: sqlite:///$TUNE_RL_HOME/mlflow.db)")
     parser.add_argument("--cpus-per-trial", type=float, metavar="N", help="CPUs for each trial's trainer (default 1)")
@@ -506,12 +513,15 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import paths, runner, verify
+    from tune_runner.preflight import check_storage
 
     _positive("--seeds", args.seeds)
     bundle = verify.load(args.bundle)  # bad input answered before Ray starts
+    storage = args.storage or paths.default_storage()
+    check_storage(storage)
     runner.quiet_logs(verbose=args.verbose)
     runner.ensure_ray(num_cpus=args.num_cpus, verbose=args.verbose)
-    return verify.run(bundle, seeds=args.seeds, storage=args.storage or paths.default_storage(), out=out)
+    return verify.run(bundle, seeds=args.seeds, storage=storage, out=out)
 
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO) -> int:

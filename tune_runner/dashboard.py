@@ -80,7 +80,8 @@ def plan(*, uri: str, host: str, port: int | None, allowed_hosts: str | None = N
     port = _free_port(host, port)
     hosts = hosts or (_default_allowed_hosts(host, port) if not _loopback(host) else ())
     origins = origins or tuple(f"http://{h}" for h in hosts)
-    mlflow_uri.check_uri(uri)  # last: for SQLite it creates the store's folder
+    mlflow_uri.check_uri(uri)
+    mlflow_uri.create_store_folder(uri)  # last, once every flag passed: the server opens the file, not its folder
     return Server(uri=uri, host=host, port=port, allowed_hosts=hosts, cors_origins=origins)
 
 

@@ -13,19 +13,26 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from tune_runner.errors import UserError
 
 # Schemes MLflow tracks to: its REST API, or a store it opens itself (SQLAlchemy databases, files).
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 SCHEMES = ("http", "https", "file", "databricks", "databricks-uc", *DATABASE_SCHEMES)
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}  # mssql's host may be an ODBC DSN: probed if a port is given
+# Driver modules whose pip package has another name (the others install under the module's name).
+DRIVER_PACKAGES = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
+CONNECT_TIMEOUT_S = 5  # a database that has not answered by then will not answer MLflow either
 CREDENTIAL_HINT = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN"
 
 
 def check_uri(uri: str) -> None:
-    """Refuse a tracking URI that cannot work before anything starts: an unknown scheme, a
-    server that is unreachable, refuses our credentials or is not MLflow, a folder we cannot create."""
+    """Refuse a tracking URI that cannot work before anything starts: an unknown scheme, a server or
+    database that is unreachable, refuses our credentials or is not MLflow's, a file we cannot write.
+    Nothing is created (create_store_folder does that once the search starts)."""
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     shown = redacted(uri)
     if not scheme and not uri.startswith("databricks"):
@@ -37,11 +44,118 @@ def check_uri(uri: str) -> None:
     if scheme in ("http", "https"):
         _check_server(uri)
     elif scheme == "sqlite":
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"--mlflow-uri {shown}: cannot create {folder} ({exc.strerror})") from None
+        _check_sqlite(uri)
+    elif scheme == "file":
+        _check_folder(uri, Path(urllib.parse.unquote(urllib.parse.urlsplit(uri).path)))
+    elif scheme in DATABASE_SCHEMES:
+        _check_database(uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI (sqlite:////abs or sqlite:///relative); None in memory."""
+    path = urllib.parse.unquote(urllib.parse.urlsplit(uri).path.removeprefix("/"))
+    return Path(path).expanduser() if path and path != ":memory:" else None
+
+
+def create_store_folder(uri: str) -> None:
+    """Make the folder of a SQLite store: MLflow creates the database file, not its folder."""
+    path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _check_folder(uri: str, folder: Path) -> None:
+    """The store's folder can be created and written, tried without leaving anything."""
+    from tune_runner.paths import unwritable
+
+    problem = unwritable(folder)
+    if problem:
+        raise UserError(f"--mlflow-uri {redacted(uri)}: cannot write the store's folder ({problem}); choose a "
+                        f"folder you can write to")
+
+
+def _check_sqlite(uri: str) -> None:
+    """The store's folder must be writable (SQLite writes journals beside the file), and an existing
+    file must be a writable SQLite database. Tried without writing anything."""
+    import sqlite3
+
+    shown, path = redacted(uri), sqlite_path(uri)
+    if path is None:
+        return
+    _check_folder(uri, path.parent)
+    if not path.exists():
+        return
+    try:
+        with open(path, "r+b"):
+            pass
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as database:
+            database.execute("PRAGMA schema_version")
+    except OSError as exc:
+        raise UserError(f"--mlflow-uri {shown}: cannot write {path} ({exc.strerror}); choose a file you "
+                        f"can write to") from None
+    except sqlite3.Error as exc:
+        raise UserError(f"--mlflow-uri {shown}: {path} is not an SQLite database ({exc}); point it at an "
+                        f"MLflow store or at a new file") from None
+
+
+def _check_database(uri: str, *, timeout_s: int = CONNECT_TIMEOUT_S) -> None:
+    """Connect once, as MLflow will (SQLAlchemy and the URI's driver), giving up after `timeout_s`."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    shown = redacted(uri)
+    try:
+        url = sqlalchemy.engine.make_url(uri)
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool,
+                                          connect_args=_timeout_args(url.get_driver_name(), timeout_s))
+    except ImportError as exc:  # create_engine imports the driver
+        package = f" (pip install {DRIVER_PACKAGES.get(exc.name, exc.name)})" if exc.name else ""
+        raise UserError(f"--mlflow-uri {shown}: its database driver is not installed ({exc}); install it in "
+                        f"tune-rl's Python{package}") from None
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise UserError(f"--mlflow-uri {shown}: not a database URI SQLAlchemy reads ({exc}); write "
+                        f"{uri.split('://', 1)[0].split('+', 1)[0]}://user:password@host:port/database") from None
+    if url.host:
+        _check_reachable(url, shown=shown, timeout_s=timeout_s)
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.DBAPIError as exc:
+        reason = _first_line(str(exc.orig), secret=url.password)
+        raise UserError(f"--mlflow-uri {shown}: cannot connect to the database ({reason}); check the user, the "
+                        f"password and the database name (the database must exist: MLflow creates its tables, "
+                        f"not the database)") from None
+    finally:
+        engine.dispose()
+
+
+def _check_reachable(url: Any, *, shown: str, timeout_s: float) -> None:
+    """The host and port answer at all: a clear line, and no driver waits on a dead host."""
+    import socket
+
+    port = url.port or DEFAULT_PORTS.get(url.get_backend_name())
+    if port is None:
+        return
+    try:
+        with socket.create_connection((url.host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(f"--mlflow-uri {shown}: nothing answers at {url.host}:{port} ({reason}); start the "
+                        f"database server or fix the host and port") from None
+
+
+def _timeout_args(driver: str, timeout_s: int) -> dict[str, Any]:
+    """The driver's own connect-timeout argument (each names it differently)."""
+    name = {"psycopg": "connect_timeout", "psycopg2": "connect_timeout", "pymysql": "connect_timeout",
+            "mysqldb": "connect_timeout", "mysqlconnector": "connection_timeout", "pg8000": "timeout",
+            "pyodbc": "timeout", "pymssql": "login_timeout"}.get(driver)
+    return {name: timeout_s} if name else {}
+
+
+def _first_line(text: str, *, secret: str | None) -> str:
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "no reason given")
+    return line.replace(secret, "***") if secret else line
 
 
 def _check_server(uri: str) -> None:

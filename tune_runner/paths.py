@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tune_runner.errors import UserError
+
 _PACKAGE = Path(__file__).resolve().parent
 SHIPPED = ("search_spaces", "schedulers", "envs")
 # Their names inside the package: schedulers/ would shadow the module schedulers.py there.
@@ -73,3 +75,31 @@ def default_mlflow_uri() -> str:
 def default_artifact_root() -> Path:
     """Artifacts of experiments created in the default store."""
     return home() / "mlartifacts"
+
+
+def check_name(name: str, *, flag: str = "--name") -> str:
+    """An experiment name: one plain folder name, so that it stays inside the results folder."""
+    bad = (not name.strip() or name in (".", "..") or any(sep in name for sep in "/\\")
+           or any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name.encode()) > 255)
+    if bad:
+        shown = name if name.isprintable() and name.strip() else repr(name)
+        raise UserError(f"{flag} {shown}: expected one folder name (not . or .., without '/', '\\' or control "
+                        f"characters, at most 255 bytes), e.g. cartpole-ppo")
+    return name
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be created or written to, in the OS's words, or None if it can.
+
+    The answer comes from trying: a folder is made and removed in `folder` or in its nearest existing
+    parent (permission bits lie to root, and /proc or a read-only mount answer only to a real write).
+    Nothing is left behind.
+    """
+    existing = folder
+    while existing != existing.parent and not os.path.lexists(existing):
+        existing = existing.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tune-rl-probe-", dir=existing))
+    except OSError as exc:
+        return f"{existing}: {exc.strerror or type(exc).__name__}"
+    return None

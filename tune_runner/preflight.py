@@ -6,7 +6,6 @@ needs the Ray cluster (it runs after `ensure_ray`, before a trial is launched).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -189,15 +188,14 @@ def check_storage(storage: Path | str) -> None:
     """The results folder must exist or be creatable, and be writable, before anything starts.
     A URI (tune_runner.storage) must at least open and answer."""
     from tune_runner import storage as results
+    from tune_runner.paths import unwritable
 
     if results.is_uri(storage):
         results.exists(str(storage))
         return
-    probe = storage
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"--storage {storage}: not writable ({probe} is not a writable folder); "
+    problem = unwritable(Path(storage))
+    if problem:
+        raise UserError(f"--storage {storage}: cannot create or write a folder there ({problem}); "
                         f"choose a folder you can write to")
 
 

@@ -182,6 +182,7 @@ def locate(ref: str, *, where: storage.Storage | None) -> Path:
         from tune_runner.analysis import experiment_path
 
         return experiment_path(ref, storage=where, command="resume")
+    paths.check_name(ref, flag="experiment")  # under a URI it is a name, never a path
     folder = storage.local_folder(where, ref)
     remote = storage.join(where, ref)
     if not (folder / SPEC_FILE).is_file():

@@ -221,6 +221,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     check_register(spec, options.register_model)
     mlflow_uri.check_uri(options.mlflow_uri)
     check_storage(options.storage)
+    if options.address:
+        check_address(options.address)  # here, not only on joining: a refusal comes before the header
     name = experiment_name(spec, options, suffix=suffix)
     exp_path = local_folder(options.storage, name)
     if not options.resume:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tune_runner.mlflow_uri import artifact_location
+from tune_runner.mlflow_uri import artifact_location, create_store_folder
 
 # Tune's bookkeeping keys: not worth a metric curve each.
 NOT_METRICS = frozenset({
@@ -30,6 +30,7 @@ def client(uri: str) -> Any:
     """An MlflowClient for `uri` (imported lazily: mlflow is slow to import)."""
     from mlflow.tracking import MlflowClient
 
+    create_store_folder(uri)
     return MlflowClient(tracking_uri=uri)
 
 

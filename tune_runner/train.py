@@ -67,7 +67,8 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     seed.add_argument("--seed", type=int, help="seed of the networks, envs and sampling")
     common(train)
     words = [w for w in argv if not w.startswith("-")]
-    _add_options(train, scan(argv) if words[:1] == ["train"] else {"plugins": []})
+    if words[:1] == ["train"]:  # other commands need none of it: the agents' options import torch (seconds)
+        _add_options(train, scan(argv))
     return train
 
 
@@ -169,7 +170,8 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
     _check_names(agent=agent, env=args.env_name)
     raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": args.budget or DEFAULT_BUDGET},
            "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
-    return build_spec(raw, name=f"{agent.replace('/', '-')}-{args.env_name}", source="tune-rl train")
+    name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
+    return build_spec(raw, name=name, source="tune-rl train")
 
 
 def _check_names(*, agent: str, env: str) -> None:
