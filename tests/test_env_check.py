@@ -151,7 +151,10 @@ def test_the_envs_own_error_is_named_with_its_type_when_its_message_alone_says_l
     env = counted_env()
     with pytest.raises(UserError, match=r"^space.yaml: env_config: KeyError: 'boom'$"):
         env_check.check_env(spec("ppo", env, env_config={"boom": True}), "ppo")
-    gym.register(broken := f"Broken{next(_ids)}-v0", entry_point=lambda: (_ for _ in ()).throw(RuntimeError("no")))
+    def refuse() -> gym.Env:
+        raise RuntimeError("no")
+
+    gym.register(broken := f"Broken{next(_ids)}-v0", entry_point=refuse)
     with pytest.raises(UserError, match=rf"^space.yaml: env: {broken} cannot be built: RuntimeError: no$"):
         env_check.check_env(spec("ppo", broken), "ppo")
 

@@ -120,15 +120,15 @@ def env_configs(spec: ExperimentSpec) -> Iterator[tuple[Corner | None, dict[str,
 def _culprit(spec: ExperimentSpec) -> Corner | None:
     """When the first config fails: the searched key at its first corner, if the env builds with another of
     its values; None when none does (the fixed env_config is at fault)."""
+    firsts = {p.name: corners(p)[0] for p in spec.space if p.name.startswith(PREFIX)}
     for corner, env_config in env_configs(spec):
-        first = corner and corners(next(p for p in spec.space if p.name == corner.key))[0]
-        if corner is None or corner == first:
+        if corner is None or corner == firsts[corner.key]:
             continue
         try:
             env_spaces(spec.env, env_config)
         except Exception:  # noqa: BLE001, S112 - another failing value: look further
             continue
-        return first
+        return firsts[corner.key]
     return None
 
 
