@@ -251,13 +251,17 @@ def trains(trainable: str) -> Trains | None:
 
         cls = AGENTS.get(trainable)
         return Trains(getattr(cls, "action_spaces", None), getattr(cls, "observation_spaces", None))
-    return Trains(RLLIB_ACTIONS.get(algorithm_name(trainable)))
+    algo = trainable.removeprefix(RLLIB_PREFIX)
+    return Trains(RLLIB_ACTIONS[algo] if algo in RLLIB_ACTIONS else RLLIB_ACTIONS.get(algorithm_name(trainable)))
 
 
 def hint_order() -> list[str]:
-    """Trainables to suggest for an env, the most used first."""
+    """Trainables to suggest for an env, the most used first (RLlib's registry is not imported for it)."""
+    from tune_runner.plugins import AGENTS
+
     first = [*OWN, *(RLLIB_PREFIX + a for a in ("PPO", "SAC", "DQN"))]
-    return first + [name for name in trainable_names() if name not in first]
+    rest = [*(name for name in AGENTS if name not in OWN), *(RLLIB_PREFIX + a for a in sorted(RLLIB_ACTIONS))]
+    return first + [name for name in rest if name not in first]
 
 
 def can_checkpoint(trainable: str) -> bool:
