@@ -12,6 +12,9 @@ A user's agent is a class with
     get_state() / set_state(state)       optional: checkpoints (PBT, resume, evaluate)
     get_weights() / set_weights(w)       optional (seed 000's shape)
     close()                              optional
+    action_spaces = ("Box",)             optional: the gymnasium space classes it trains on (and
+    observation_spaces = ("Box",)        observation_spaces); a search on another env is refused
+                                         before launch. Undeclared: any
 
 `tune_runner.algos.Learner` is that contract as a typing.Protocol. `tune_runner.algos.make_vec_env`
 and `tune_runner.models.build_model` give it the same vector env and registered networks our agents use.

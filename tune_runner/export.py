@@ -23,9 +23,12 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
     for `tune-rl evaluate`, versions, commit)."""
     from tune_runner.analysis import last_checkpoint
+    from tune_runner.env_check import PREFIX, env_config_of
     from tune_runner.trainables import resolved_config
 
-    config = {k: v for k, v in best.config.items() if k not in ENV_KEYS}
+    # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
+    config = {k: v for k, v in best.config.items() if k not in ENV_KEYS and not k.startswith(PREFIX)}
+    env_config = env_config_of({"env_config": spec.env_config, **best.config})
     result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
               if k in best.last_result}
     seeds = {"search": config.get("seed", 0)}
@@ -38,13 +41,13 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         "description": f"best trial of {experiment} ({spec.name})",
         "trainable": spec.trainable,
         "env": best.config.get("env", spec.env),
-        "env_config": best.config.get("env_config", spec.env_config) or {},
+        "env_config": env_config,
         "metric": spec.metric,
         "mode": spec.mode,
         "budget": {"env_steps": spec.budget_env_steps},
         "stop_at": spec.stop_at,
         "config": _plain(config),
-        "resolved": _plain(resolved_config(spec.trainable, {**config, "env": spec.env})),
+        "resolved": _plain(resolved_config(spec.trainable, {**config, "env": spec.env, "env_config": env_config})),
         "seeds": _plain(seeds),
         "evaluation": _plain(evaluation),
         "result": _plain({**result, "score": best.value, "scope": best.scope}),

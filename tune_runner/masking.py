@@ -24,11 +24,10 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from tune_runner.env_check import MASK_KEYS
 from tune_runner.errors import UserError
 
-MASK_KEYS = frozenset({"observations", "action_mask"})
 MASKABLE = ("PPO", "DQN")  # algorithms whose default torch module we subclass
-_SPACES: dict[str, gym.Space] = {}  # env id -> observation space; one probe per env and process
 
 
 def is_masked(space: gym.Space | None) -> bool:
@@ -42,18 +41,12 @@ def inner_space(space: gym.Space | None) -> gym.Space | None:
 
 
 def env_observation_space(env_id: str, env_config: Mapping[str, Any] | None = None) -> gym.Space | None:
-    """The env's observation space, from one instance (cached per env id); None for an env we cannot make."""
-    if env_id not in _SPACES:
-        from tune_runner.algos.common import ensure_gym_id
+    """The env's observation space with this env_config (one instance per distinct config, shared with the
+    pre-launch check); None for an env we cannot make (RLlib's own forms, a class path: left to RLlib)."""
+    from tune_runner.env_check import env_spaces
 
-        if not ensure_gym_id(env_id):
-            return None  # RLlib's own forms (a class path): left to RLlib
-        env = gym.make(env_id, **dict(env_config or {}))
-        try:
-            _SPACES[env_id] = env.observation_space
-        finally:
-            env.close()
-    return _SPACES[env_id]
+    spaces = env_spaces(env_id, env_config)
+    return None if spaces is None else spaces.observation
 
 
 def install(algo_config: Any, *, algo: str, observation_space: gym.Space | None) -> bool:

@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 
 from ray import tune
 
+from tune_runner.env_check import PREFIX, env_config_of
+
 # Keys of a trial config that are ours, not the learner's.
 TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
               "gpus_per_trial", "env_task_fn")
@@ -35,7 +37,7 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The learner's part of a flat trial config: aliases renamed, dotted keys nested."""
     from tune_runner.trainables import nest
 
-    flat = {ALIASES.get(k, k): v for k, v in config.items() if k not in TRIAL_KEYS}
+    flat = {ALIASES.get(k, k): v for k, v in config.items() if k not in TRIAL_KEYS and not k.startswith(PREFIX)}
     return nest(flat)
 
 
@@ -89,7 +91,7 @@ def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", see
     settings = learner_settings(config)
     if seed_offset:
         settings["seed"] = int(settings.get("seed", 0)) + seed_offset
-    return agents.build(name, settings, env=config["env"], env_config=config.get("env_config") or {}, device=device)
+    return agents.build(name, settings, env=config["env"], env_config=env_config_of(config), device=device)
 
 
 def trial_device() -> str:
@@ -186,7 +188,7 @@ class OwnTrainable(tune.Trainable):
             tasks = self.runners.advance_curriculum(self.config["env_task_fn"], results)
         else:
             tasks = curriculum.advance(self.task_fn, vector_env=self.learner.env.env, results=results,
-                                       env_ctx=dict(self.config.get("env_config") or {}))
+                                       env_ctx=env_config_of(self.config))
         mean = curriculum.mean_task(tasks)
         return {} if mean is None else {"task": mean}
 

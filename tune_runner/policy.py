@@ -29,6 +29,7 @@ import torch
 
 from tune_runner.algos.common import masked_logits, split_obs, to_tensor
 from tune_runner.analysis import last_checkpoint
+from tune_runner.env_check import env_config_of
 from tune_runner.errors import UserError
 
 EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
@@ -218,7 +219,7 @@ def _own(checkpoint: Path) -> OwnPolicy:
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
-    return OwnPolicy(net, obs_dim=obs_dim, env_id=config["env"], env_config=config.get("env_config") or {},
+    return OwnPolicy(net, obs_dim=obs_dim, env_id=config["env"], env_config=env_config_of(config),
                      kind=learner, checkpoint=checkpoint)
 
 
@@ -258,7 +259,7 @@ def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, An
     if not callable(getattr(learner, "set_state", None)):
         raise UserError(f"{checkpoint}: agent {name} has no set_state; it cannot be restored from a checkpoint")
     learner.set_state(state)
-    return LearnerPolicy(learner, env_id=config["env"], env_config=config.get("env_config") or {}, kind=name,
+    return LearnerPolicy(learner, env_id=config["env"], env_config=env_config_of(config), kind=name,
                          checkpoint=checkpoint)
 
 
@@ -303,7 +304,7 @@ def _rllib(checkpoint: Path) -> RLlibPolicy:
 
     with _quiet_rllib():
         module = RLModule.from_checkpoint(modules / module_id)
-    return RLlibPolicy(module, env_id=config["env"], env_config=config.get("env_config") or {},
+    return RLlibPolicy(module, env_id=config["env"], env_config=env_config_of(config),
                        kind=f"rllib {module.__class__.__name__}", checkpoint=checkpoint)
 
 

@@ -60,7 +60,7 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
 
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
-    from tune_runner import schedulers, searchers, trainables
+    from tune_runner import env_check, schedulers, searchers, trainables
 
     spec = with_plugins(spec)
     where = spec.source
@@ -74,6 +74,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
         raise UserError(f"{where}: {section}.{key}: {problem}")
     spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
+    env_check.check_env(spec, trainable)
     check_metric(spec, trainable)
     problem = _check_space_corners(spec, trainable)
     if problem:

@@ -23,6 +23,7 @@ import numpy as np
 import ray
 
 from tune_runner.algos.learner import OwnLearner
+from tune_runner.env_check import env_config_of
 from tune_runner.own_trainable import build_learner
 
 Gather = Callable[..., list[dict]]
@@ -145,7 +146,7 @@ class RolloutWorker:
         torch.set_num_threads(1)
         self.learner = build_learner(name, config, seed_offset=1000 * (index + 1))
         self.server, self.replay, self.version = server, replay, 0
-        self.config_env, self.env_config = config["env"], dict(config.get("env_config") or {})
+        self.config_env, self.env_config = config["env"], env_config_of(config)
 
     def sample(self, num_steps: int, env_steps: int) -> dict:
         self.version, weights = ray.get(self.server.pull.remote(self.version))

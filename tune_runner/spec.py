@@ -222,7 +222,7 @@ def parse_value(text: str) -> Any:
 def apply_override(raw: dict, item: str) -> None:
     """Apply one `--set`: budget, a top-level setting, env_config.X, or a fixed value.
 
-    Setting a searched hyperparameter pins it: it leaves the space.
+    Setting a searched hyperparameter (or a searched env_config.X) pins it: it leaves the space.
     """
     key, value = parse_override(item)
     if key in ("budget", "budget.env_steps"):
@@ -231,6 +231,8 @@ def apply_override(raw: dict, item: str) -> None:
         raw.setdefault("env_config", {})
         if isinstance(raw["env_config"], dict):
             raw["env_config"][key.removeprefix("env_config.")] = value
+        if isinstance(raw.get("space"), dict):
+            raw["space"].pop(key, None)
     elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
         raw[key] = value
     else:
@@ -262,7 +264,9 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
     fixed = _typed(raw, "fixed", dict, where, default={})
     for key in RESERVED:
         if key in fixed or key in {p.name for p in space}:
-            raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space")
+            search = "; search one of its keys as space: {env_config.NAME: {choice: [...]}}" \
+                if key == "env_config" else ""
+            raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space{search}")
     return ExperimentSpec(
         name=name, source=source, source_sha256=sha256,
         description=_typed(raw, "description", str, where, default=""),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from ray import tune
 
 from tune_runner import metrics
 from tune_runner.curriculum import TASK_FN
+from tune_runner.env_check import PREFIX as ENV_CONFIG_PREFIX
+from tune_runner.env_check import env_config_of
 from tune_runner.errors import UserError, closest, unknown_name
 
 RLLIB_PREFIX = "rllib/"
@@ -91,9 +94,10 @@ def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     from tune_runner import curriculum, masking, rllib_episodes
 
     algo_config = _get_algorithm_class(algo).get_default_config()
-    env_config = dict(config.get("env_config") or {})
+    env_config = env_config_of(config)
     algo_config.environment(config["env"], env_config=env_config)
-    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN}))
+    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN
+                                       and not k.startswith(ENV_CONFIG_PREFIX)}))
     rllib_episodes.install(algo_config)
     if config.get(TASK_FN):
         rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
@@ -220,6 +224,46 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and keep(v)}
 
 
+@dataclass(frozen=True)
+class Trains:
+    """The env spaces a trainable trains on: gymnasium space class names (or env_check.MASKED); None: any."""
+
+    actions: tuple[str, ...] | None = None
+    observations: tuple[str, ...] | None = None
+
+
+# RLlib 2.60's action heads: the default Catalog's distributions for the actor-critic and imitation
+# algorithms; DQN's Q-head needs Discrete; SAC's Box or Discrete; CQL and IQL continuous (RLlib's
+# algorithm table). Its observations are left to RLlib (check_config builds the masked ones).
+RLLIB_CATALOG_ACTIONS = ("Box", "Discrete", "MultiDiscrete", "Tuple", "Dict")
+RLLIB_ACTIONS = {"DQN": ("Discrete",), "SAC": ("Box", "Discrete"), "CQL": ("Box",), "IQL": ("Box",),
+                 "DreamerV3": ("Box", "Discrete"), **dict.fromkeys(("PPO", "APPO", "IMPALA", "BC", "MARWIL"),
+                                                                   RLLIB_CATALOG_ACTIONS)}
+
+
+def trains(trainable: str) -> Trains | None:
+    """What the trainable can train on; None for one that builds no env (the oracle).
+    An agent declares it with `action_spaces` / `observation_spaces` (tune_runner.agents)."""
+    if trainable in ORACLES:
+        return None
+    if is_own(trainable):
+        from tune_runner.plugins import AGENTS
+
+        cls = AGENTS.get(trainable)
+        return Trains(getattr(cls, "action_spaces", None), getattr(cls, "observation_spaces", None))
+    algo = trainable.removeprefix(RLLIB_PREFIX)
+    return Trains(RLLIB_ACTIONS[algo] if algo in RLLIB_ACTIONS else RLLIB_ACTIONS.get(algorithm_name(trainable)))
+
+
+def hint_order() -> list[str]:
+    """Trainables to suggest for an env, the most used first (RLlib's registry is not imported for it)."""
+    from tune_runner.plugins import AGENTS
+
+    first = [*OWN, *(RLLIB_PREFIX + a for a in ("PPO", "SAC", "DQN"))]
+    rest = [*(name for name in AGENTS if name not in OWN), *(RLLIB_PREFIX + a for a in sorted(RLLIB_ACTIONS))]
+    return first + [name for name in rest if name not in first]
+
+
 def can_checkpoint(trainable: str) -> bool:
     """Whether the trainable saves and restores its state (PBT's exploit and resume need that)."""
     if is_own(trainable) and trainable not in OWN:
@@ -239,7 +283,7 @@ def _check_curriculum(config: dict[str, Any]) -> str | None:
 
     try:
         curriculum.resolve_task_fn(config[TASK_FN])
-        curriculum.check_env(config["env"], config.get("env_config"))
+        curriculum.check_env(config["env"], env_config_of(config))
     except UserError as exc:
         return str(exc)
     return None

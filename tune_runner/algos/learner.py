@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
+from tune_runner.algos.common import ACTION_SPACES, OBSERVATION_SPACES, EpisodeStats, FlatAdam, scheduled
 
 
 class Learner(Protocol):
@@ -77,6 +77,8 @@ class OwnLearner(Learner, Protocol):
 class LearnerBase:
     """The bookkeeping PPO and DQN share: the lr schedule, remote batches, episode metrics."""
 
+    action_spaces = ACTION_SPACES  # the envs our vector env takes (checked before launch)
+    observation_spaces = OBSERVATION_SPACES
     config: Any
     optimizer: FlatAdam
     stats: EpisodeStats
