@@ -18,7 +18,7 @@ CORPUS = sorted((HERE / "bad_inputs").glob("*.yaml"))
 
 
 def expected(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
+    first = path.read_bytes().split(b"\n")[0].decode()  # the file itself may be bad UTF-8 past this line
     assert first.startswith("# expect: "), f"{path.name} lacks its '# expect:' line"
     return first.removeprefix("# expect: ")
 
@@ -53,6 +53,10 @@ def test_bad_space_file(path, cli, untouched):
     (["train", "--env_name", "CartPole-v1", "--agent_name", "dqn", "--clip_param", "0.2"],
      ["unrecognized arguments: --clip_param 0.2"]),
     (["search", "--space", "missing/space.yaml"], ["--space missing/space.yaml: no such file"]),
+    (["search", "--space", str(HERE / "bad_inputs")],
+     [f"--space {HERE / 'bad_inputs'}: a folder, expected a YAML file"]),
+    (["search", "--space", "ppo_small", "--set", "env_config={a: 1, a: 2}"],
+     ["line 1: duplicate key 'a' (first at line 1); keep one of them"]),
     (["search", "--space", "ppo_small", "--set", "lr"], ["--set lr: expected KEY=VALUE"]),
     (["search", "--space", "ppo_small", "--set", "budget=abc"],
      ["budget.env_steps: expected a positive whole number of env steps, got 'abc'"]),

@@ -126,6 +126,8 @@ def resolve_space(ref: str) -> Path:
     """A shipped space name or a path to a user's YAML file."""
     path = Path(ref).expanduser()
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in ref:
+        if path.is_dir():
+            raise UserError(f"--space {ref}: a folder, expected a YAML file; give one of its .yaml files")
         if not path.is_file():
             raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
                             f"or a shipped space name (tune-rl spaces list)")
@@ -136,14 +138,50 @@ def resolve_space(ref: str) -> Path:
     return spaces[ref]
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"line {line}: duplicate key {key!r} (first at line {first}); keep one of them")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping: PyYAML would keep the last one
+    silently, so `lr:` twice under `space:` searched only the second range."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden key by key, as YAML intends
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first_line:
+                    raise DuplicateKeyError(key, line, first_line[key])
+                first_line[key] = line
+            except TypeError:  # an unhashable key: construct_mapping names it below
+                pass
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML from a string with duplicate keys refused (every YAML file and flag value we read)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse YAML, turning syntax errors into one line with file and position."""
+    """Parse a YAML file; an unreadable file, bytes that are not UTF-8, a syntax error or a duplicate
+    key become one line with the file and where."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc}); expected a readable YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                        f"save it as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
+    except DuplicateKeyError as exc:
+        raise UserError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -214,7 +252,9 @@ def parse_value(text: str) -> Any:
         except ValueError:
             pass
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
+    except DuplicateKeyError as exc:
+        raise UserError(f"{text}: {exc}") from None
     except yaml.YAMLError:
         return text
 
