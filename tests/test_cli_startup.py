@@ -34,8 +34,9 @@ LIGHT = [[], ["--version"], ["spaces", "list"], ["spaces", "show", "ppo_small"],
 
 def test_the_walk_finds_every_command():
     paths = command_paths(build_parser())
-    assert {("search",), ("train",), ("spaces", "list"), ("spaces", "show"), ("jobs", "logs")} <= set(paths)
-    assert len(paths) >= 18
+    assert {("search",), ("train",), ("spaces", "list"), ("spaces", "show"), ("jobs", "logs"),
+            ("completion",)} <= set(paths)
+    assert len(paths) >= 19
 
 
 @pytest.mark.parametrize("argv", HELP + LIGHT, ids=lambda argv: " ".join(argv) or "(no command)")
