@@ -44,6 +44,7 @@ bench: setup
 	$(BIN)/python bench/solve_cartpole.py --rllib-seeds 3 --max-wall 150
 	$(BIN)/python bench/mlflow_batching.py
 	$(BIN)/python bench/dashboard_start.py
+	$(BIN)/python bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
