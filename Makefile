@@ -29,9 +29,10 @@ search: setup
 	$(BIN)/tune-rl search --space $(SPACE)
 
 system-deps:
-	@if ! command -v chromium >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@if ! command -v chromium >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+			! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql zsh fish >/dev/null; \
 	fi
 
 test: setup system-deps

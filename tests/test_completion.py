@@ -6,6 +6,7 @@ called directly, except to compare the RLlib algorithms read from Ray's source w
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -125,13 +126,33 @@ def test_scripts_for_each_shell():
     assert bad.returncode == 2 and "invalid choice: 'tcsh'" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
+# zsh completes only in an interactive shell: this one runs in a pseudo-terminal (zpty), types the
+# line and a Tab, then "; echo DONE" and Enter; what the terminal shows holds the completed line.
+ZPTY = """
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PS1='> '; autoload -U compinit; compinit -u; source $1; bindkey '^I' complete-word"
+zpty -w -n z "$2"$'\\t'
+zpty -w -n z $'\\C-e; echo DONE\\n'
+zpty -r z out '*echo DONE*'
+print -r -- "$out"
+zpty -d z
+"""
+
+
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
-def test_zsh_loads_the_script_and_registers_it(tmp_path):
+def test_zsh_completes_through_the_script(tmp_path):
     script = subprocess.run([BIN / "tune-rl", "completion", "zsh"], capture_output=True, text=True).stdout
     (tmp_path / "tune-rl.zsh").write_text(script)
-    probe = f"autoload -U compinit && compinit -u && source {tmp_path / 'tune-rl.zsh'} && print -r -- $_comps[tune-rl]"
-    ran = subprocess.run(["zsh", "-fc", probe], capture_output=True, text=True, timeout=60)
-    assert ran.stdout.strip() == "_python_argcomplete", ran.stderr
+    (tmp_path / "zpty.zsh").write_text(ZPTY)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    shown = []
+    for line in ("tune-rl search --space ppo", "tune-rl search --space ppo_small --set trainable=rllib/DQ"):
+        ran = subprocess.run(["zsh", "-f", tmp_path / "zpty.zsh", tmp_path / "tune-rl.zsh", line],
+                             capture_output=True, text=True, env=env, timeout=60)
+        shown.append(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", ran.stdout))
+    assert "tune-rl search --space ppo_small" in shown[0], shown[0]
+    assert "--set trainable=rllib/DQN" in shown[1], shown[1]
 
 
 def test_the_rllib_names_read_from_rays_source_are_the_ones_rllib_registers():
