@@ -1,7 +1,8 @@
 """Start-up time of `tune-rl` commands against `python -c pass`, `mlflow --help` and `ray --help`, same run.
 
-Each command runs --runs times (default 5) as a fresh process; the runs go round-robin over the
-commands, so a noisy moment on the machine is spread over all of them. Printed per command: the
+Each command runs --runs times (default 5) as a fresh process, after one warm-up run that is not
+counted (it fills the bytecode cache); the runs go round-robin over the commands, so a noisy
+moment on the machine is spread over all of them. Printed per command: the
 median wall time, the median user+system CPU, and the wall time as a ratio to `python -c pass`
 and to the peers' `--help`. Tab completion is timed through its real entry point (argcomplete's
 environment, as the shell function sets it).
@@ -47,9 +48,14 @@ class Command:
     status: int | None = None
 
 
-def run_once(command: Command) -> None:
-    """One fresh process; wall time from fork to exit, CPU (user + system) of its whole tree."""
-    env = {**os.environ, **command.env}
+def run_once(command: Command, *, pycache: Path) -> None:
+    """One fresh process; wall time from fork to exit, CPU (user + system) of its whole tree.
+
+    Bytecode is cached (in `pycache`, not beside the sources), as an installed package has it,
+    even where PYTHONDONTWRITEBYTECODE is set: compiling every module on each start is no user's case.
+    """
+    env = {**os.environ, **command.env, "PYTHONPYCACHEPREFIX": str(pycache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
     proc = subprocess.Popen(command.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -75,19 +81,23 @@ def subcommands(tune_rl: str) -> list[str]:
 
 def tune_rl_commands(tune_rl: str, *, tag: str, args: argparse.Namespace, tmp: Path) -> list[Command]:
     """The tune-rl command lines timed for one build."""
-    lines = [["--help"], *([name, "--help"] for name in subcommands(tune_rl)),
-             ["train", "--agent_name", "dqn", "--help"]]
-    found = [Command(f"{tag}{' '.join(argv)}", [tune_rl, *argv], "help") for argv in lines]
-    found += [Command(f"{tag}{' '.join(argv)}", [tune_rl, *argv], "list")
+    commands = subcommands(tune_rl)
+    lines = [["--help"], *([name, "--help"] for name in commands), ["train", "--agent_name", "dqn", "--help"]]
+    found = [Command(" ".join(argv), [tune_rl, *argv], "help") for argv in lines]
+    found += [Command(" ".join(argv), [tune_rl, *argv], "list")
               for argv in (["spaces", "list"], ["spaces", "show", "ppo_small"], ["schedulers", "list"])]
-    for line in ("tune-rl sea", "tune-rl search --space ", "tune-rl search --space ppo_small --set "):
-        found.append(Command(f"{tag}complete '{line}'", [tune_rl], "complete",
+    for line in ("tune-rl sea", "tune-rl search --space ", "tune-rl search --space ppo_small --set ")[
+            : 3 if "completion" in commands else 0]:  # a build without completion has nothing to time
+        found.append(Command(f"complete '{line}'", [tune_rl], "complete",
                              env=completion(tune_rl, line, tmp / "completions")))
     if args.experiment:
         storage = ["--storage", args.storage] if args.storage else []
-        found.append(Command(f"{tag}best {args.experiment}", [tune_rl, "best", args.experiment, *storage], "best"))
-        found.append(Command(f"{tag}report {args.experiment}", [tune_rl, "report", args.experiment, *storage],
+        found.append(Command(f"best {args.experiment}", [tune_rl, "best", args.experiment, *storage], "best"))
+        found.append(Command(f"report {args.experiment}", [tune_rl, "report", args.experiment, *storage],
                              "report"))
+    found = [c for c in found if re.search(args.only, c.label)]
+    for command in found:
+        command.label = tag + command.label
     return found
 
 
@@ -125,6 +135,8 @@ def main() -> None:
                         help="a tune-rl executable to time (repeatable; default: the one beside this python)")
     parser.add_argument("--experiment", help="a finished search to time `best` and `report` on")
     parser.add_argument("--storage", help="the results folder holding --experiment")
+    parser.add_argument("--only", default="", metavar="REGEX",
+                        help="time only the tune-rl commands whose label matches (e.g. '^(--help|spaces)')")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every run's times as JSON")
     args = parser.parse_args()
     builds = args.tune_rl or [str(BIN / "tune-rl")]
@@ -133,9 +145,14 @@ def main() -> None:
         for n, build in enumerate(builds):
             tag = f"[{n + 1}] " if len(builds) > 1 else ""
             commands += tune_rl_commands(build, tag=tag, args=args, tmp=Path(tmp))
+        pycache = Path(tmp) / "pycache"
+        for command in commands:  # a warm-up run, not counted: it fills the bytecode cache
+            run_once(command, pycache=pycache)
+            command.walls.clear()
+            command.cpus.clear()
         for _ in range(args.runs):
             for command in commands:
-                run_once(command)
+                run_once(command, pycache=pycache)
     if len(builds) > 1:
         print("\n".join(f"[{n + 1}] {build}" for n, build in enumerate(builds)))
     print("\n".join(table(commands)))
