@@ -29,9 +29,10 @@ search: setup
 	$(BIN)/tune-rl search --space $(SPACE)
 
 system-deps:
-	@if ! command -v chromium >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@if ! command -v chromium >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+			! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql zsh fish >/dev/null; \
 	fi
 
 test: setup system-deps
@@ -44,6 +45,7 @@ bench: setup
 	$(BIN)/python bench/solve_cartpole.py --rllib-seeds 3 --max-wall 150
 	$(BIN)/python bench/mlflow_batching.py
 	$(BIN)/python bench/dashboard_start.py
+	$(BIN)/python bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

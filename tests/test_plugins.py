@@ -59,7 +59,12 @@ def _restore_registries(tmp_path_factory: pytest.TempPathFactory, forbid_ray):
     load_plugins(cwd=tmp_path_factory.mktemp("empty"))
     saved = {reg: dict(reg._entries) for reg in (ENVS, MODELS, AGENTS)}
     gym_ids, ray_keys, modules = set(gym.envs.registry), set(_global_registry._to_flush), set(sys.modules)
+    unshipped, by_value = dict(plugins._UNSHIPPED), set(plugins._BY_VALUE)
     yield
+    plugins._UNSHIPPED.clear()
+    plugins._UNSHIPPED.update(unshipped)
+    plugins._BY_VALUE.clear()
+    plugins._BY_VALUE.update(by_value)
     for reg, entries in saved.items():
         reg._entries = entries
     for name in set(gym.envs.registry) - gym_ids:
@@ -166,10 +171,50 @@ def test_a_ray_remote_env_class_runs_in_process_as_a_gymnasium_env(tmp_path):
     env.step(1)
     assert env.unwrapped.count() == 1  # other methods reach the wrapped object
     assert pickle.loads(pickle.dumps(env)).unwrapped.count() == 1  # as our learners' exact restore does
+    plugins.ship_to_ray()
     creator = _global_registry.get(ENV_CREATOR, "plug_actor")
     del sys.modules[module.__name__]  # by value: a Ray worker without the file can build it
     assert creator({"size": 2}).env.size == 2
 
+
+
+def test_an_env_ray_cannot_pickle_is_one_line_naming_its_file_and_line_when_shipped(tmp_path):
+    path = write_plugin(tmp_path, "locked.py", '''
+        import threading
+
+        LOCK = threading.Lock()
+
+
+        @register_env("plug_locked")
+        class Locked(Base):
+            def __init__(self, env_config=None):
+                with LOCK:
+                    self.setup(1)
+        ''')
+    load_plugins([path])  # gymnasium can make it: only Ray's pickling fails, when the run starts
+    assert gym.make("plug_locked").unwrapped.size == 1
+    with pytest.raises(UserError) as bad:
+        plugins.ship_to_ray()
+    message = str(bad.value)
+    assert message.startswith(f"env 'plug_locked' ({path.resolve()}:") and "Ray cannot pickle it" in message
+    assert "_thread.lock" in message and "\n" not in message
+    assert not _global_registry.contains(ENV_CREATOR, "plug_locked")
+
+
+def test_a_broken_plugin_leaves_nothing_for_ray(tmp_path):
+    path = write_plugin(tmp_path, "half.py", '''
+        @register_env("plug_half")
+        class Half(Base):
+            def __init__(self, env_config=None):
+                self.setup(1)
+
+        raise RuntimeError("broken after registering")
+        ''')
+    with pytest.raises(UserError, match=r"RuntimeError: broken after registering \(line \d+\)$"):
+        load_plugins([path])
+    assert "plug_half" not in plugins._UNSHIPPED
+    plugins.ship_to_ray()
+    assert not _global_registry.contains(ENV_CREATOR, "plug_half")
 
 
 def test_unwrapping_an_actor_class_gives_the_plain_class_without_starting_ray():
@@ -239,6 +284,8 @@ def test_a_registered_env_passes_preflight_and_rays_registry_holds_a_working_cre
         ''')
     load_plugins([path])
     preflight_check_env("plug_late_helper", where="space.yaml")
+    assert not _global_registry.contains(ENV_CREATOR, "plug_late_helper")  # Ray's turn comes when a run starts
+    plugins.ship_to_ray()
     creator = _global_registry.get(ENV_CREATOR, "plug_late_helper")
     del sys.modules[ENVS.get("plug_late_helper").module]  # by value: a worker without the file can build it
     path.unlink()
@@ -246,6 +293,7 @@ def test_a_registered_env_passes_preflight_and_rays_registry_holds_a_working_cre
 
 
 def test_shipped_envs_go_to_ray_by_reference():
+    plugins.ship_to_ray()
     creator = _global_registry.get(ENV_CREATOR, "custom_env")
     assert creator.origin == ("tune_runner.envs.custom_env", "CustomEnv")
     assert creator({"length": 5}).length == 5

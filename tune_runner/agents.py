@@ -23,14 +23,16 @@ and `tune_runner.models.build_model` give it the same vector env and registered 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from tune_runner.models import BUILT_IN, check_model, options, parse_options
 from tune_runner.plugins import AGENTS
 
 AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
 AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
+# Our agents' settings, importable without torch: `tune-rl train --help` lists them without a learner.
+CONFIGS = {"ppo": "tune_runner.algos.config:PPOConfig", "dqn": "tune_runner.algos.config:DQNConfig"}
 PROVIDED = ("seed", "model", "model_config")  # keys every user agent accepts besides its add_args options
 REQUIRED = ("train_iteration", "compute_actions")
 
@@ -42,10 +44,15 @@ class ArgsConfig:
         self.name, self.cls = name, cls
 
     def names(self) -> list[str]:
+        from tune_runner.add_args import options
+
         return [*options(self.cls, prog=f"agent {self.name}"), *PROVIDED]
 
     def from_dict(self, values: Mapping[str, Any]) -> argparse.Namespace:
         """Defaults updated by `values`; an unknown key is a ValueError with the closest option."""
+        from tune_runner.add_args import parse_options
+        from tune_runner.models import BUILT_IN, check_model
+
         own = {k: v for k, v in values.items() if k not in PROVIDED}
         args = parse_options(self.cls, own, prog=f"agent {self.name}")
         args.seed = int(values.get("seed", 0))
@@ -75,6 +82,9 @@ def agent_class(name: str) -> type:
 
 def config_class(name: str) -> Any:
     """An object with `from_dict(values)`: our dataclass config, or the add_args adapter of a user agent."""
+    if name in CONFIGS:
+        module, _, attr = CONFIGS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
     cls = agent_class(name)
     return getattr(cls, "config_class", None) or ArgsConfig(name, cls)
 

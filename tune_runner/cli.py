@@ -241,6 +241,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     dash.add_argument("--cors-origins", metavar="URL,...",
                       help="origins allowed to call its API from a browser (default: http:// + each allowed host)")
     dash.add_argument("--verbose", action="store_true", help="show the server's own log (every request)")
+
+    comp = sub.add_parser("completion", help="print the shell code for tab completion (README: Tab completion)")
+    comp.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
     return parser
 
 
@@ -629,18 +632,31 @@ def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
     return ExitStatus.OK
 
 
+def cmd_completion(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner import completion
+
+    print(completion.script(args.shell), file=out)
+    return ExitStatus.OK
+
+
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
             "best": cmd_best, "verify": cmd_verify, "report": cmd_report, "resume": cmd_resume,
-            "evaluate": cmd_evaluate, "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs}
+            "evaluate": cmd_evaluate, "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs,
+            "completion": cmd_completion}
 
 
 def entry_point() -> None:
     """The `tune-rl` console script."""
+    import os
+
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (tune-rl completion bash): answer, exit
+        from tune_runner import completion
+
+        completion.complete(build_parser(completion.typed_words()))
     status = main()
     if status == ExitStatus.INTERRUPTED:
         # Interrupted and reported: another Ctrl-C while Ray's exit hooks run must not print
         # their traceback. It leaves at once; the reaper stops what Ray had started.
-        import os
         import signal
 
         signal.signal(signal.SIGINT, lambda *_: os._exit(status))

@@ -30,10 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from tune_runner.add_args import options, options_parser, parse_options  # noqa: F401 - their old home
 from tune_runner.errors import unknown_name
-from tune_runner.plugins import MODELS, register_model
+from tune_runner.plugins import MODELS, register_model  # noqa: F401 - plug-in files import it from here too
 
 BUILT_IN = "mlp"  # our learners' own MLP, sized by their fcnet_hiddens / fcnet_activation settings
+# MODELS holds it as "tune_runner.models:MLP" from the start (tune_runner.plugins), so that the
+# name is known before torch is imported.
 
 
 class Model(nn.Module):
@@ -56,7 +59,6 @@ class Model(nn.Module):
         self.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
 
 
-@register_model(BUILT_IN)
 class MLP(Model):
     """Fully connected layers; inside our learners its sizes are their fcnet_hiddens / fcnet_activation."""
 
@@ -74,36 +76,6 @@ class MLP(Model):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
-
-
-def options_parser(cls: Any, *, prog: str) -> argparse.ArgumentParser:
-    """An argparse parser holding only the options `cls.add_args` declares (none without add_args)."""
-    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
-    add_args = getattr(cls, "add_args", None)
-    if callable(add_args):
-        add_args(parser)
-    return parser
-
-
-def options(cls: Any, *, prog: str) -> dict[str, argparse.Action]:
-    """The options `cls.add_args` declares, by their dest name."""
-    return {a.dest: a for a in options_parser(cls, prog=prog)._actions if a.dest != "help"}
-
-
-def parse_options(cls: Any, values: Mapping[str, Any], *, prog: str) -> argparse.Namespace:
-    """`add_args` defaults updated by `values`; an unknown key or a value outside `choices` is a ValueError."""
-    declared = options(cls, prog=prog)
-    args = options_parser(cls, prog=prog).parse_args([])
-    for key, value in values.items():
-        if key not in declared:
-            raise ValueError(unknown_name(f"{prog} option", key, declared))
-        action = declared[key]
-        if action.type is not None and isinstance(value, str) and action.type is not str:
-            value = action.type(value)
-        if action.choices is not None and value not in action.choices:
-            raise ValueError(f"{prog} option {key} must be one of {list(action.choices)}, got {key}={value!r}")
-        setattr(args, key, value)
-    return args
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:

@@ -78,9 +78,10 @@ def load_trial_plugins(config: dict[str, Any]) -> None:
         importlib.import_module(module)
     paths = [p for p in plugins if not p.startswith("module:")]
     if paths:
-        from tune_runner.plugins import load_plugins
+        from tune_runner.plugins import load_plugins, ship_to_ray
 
         load_plugins(paths)
+        ship_to_ray()  # RLlib's env runners look the env up in Ray Tune's registry
 
 
 def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:

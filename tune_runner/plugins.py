@@ -11,6 +11,10 @@ A plug-in file is plain Python that decorates its classes:
 `load_plugins` imports the shipped envs/ folder, the `envs/` folder of the working directory
 and the files given with --plugins. Each user file is loaded by path and pickled by value, so
 Ray workers on machines without the file still get its classes.
+
+Importing this module, or loading a plug-in file, imports neither Ray nor gymnasium (a file
+imports what it needs): the envs a file registers go to Ray Tune's registry by `ship_to_ray`,
+when a search or a trial starts.
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, TypeVar
-
-import gymnasium as gym
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tune_runner import paths as tune_paths
-from tune_runner.env_api import InProcessEnv, accepts, api_problems, find, unwrap_actor_class
 from tune_runner.errors import UserError
 from tune_runner.registry import Registry
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 T = TypeVar("T")
 
@@ -43,6 +47,11 @@ _CONFIG_PARAMS = ("env_config", "config")
 ENVS: Registry[EnvFactory] = Registry("environment")
 MODELS: Registry[Any] = Registry("model")
 AGENTS: Registry[Any] = Registry("agent")
+MODELS.register("mlp", "tune_runner.models:MLP")  # models.BUILT_IN; torch loads when a network is built
+
+_UNSHIPPED: dict[str, EnvFactory] = {}  # envs registered while a plug-in file was read, not yet sent to Ray
+_BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
+_reading = False  # True while load_plugins runs a file: its register_env leaves Ray for ship_to_ray
 
 
 # ---------------------------------------------------------------------------- where things are defined
@@ -90,6 +99,8 @@ class EnvFactory:
     """
 
     def __init__(self, name: str, target: Any) -> None:
+        from tune_runner.env_api import unwrap_actor_class
+
         self.name = name
         self.origin = unwrap_actor_class(target)
         if inspect.isclass(self.origin):
@@ -134,6 +145,8 @@ class EnvFactory:
 
     def _construct(self, config: Mapping[str, Any]) -> Any:
         """`cls(env_config=config)`, with render_mode passed by itself where __init__ takes it."""
+        from tune_runner.env_api import accepts
+
         kwargs: dict[str, Any] = {}
         if "render_mode" in config and accepts(self.origin, "render_mode"):
             config = copy.copy(config)  # keeps an EnvContext's worker_index and friends
@@ -141,6 +154,10 @@ class EnvFactory:
         return self.origin(**{self.style: config}, **kwargs)
 
     def _as_gym_env(self, env: Any) -> gym.Env:
+        import gymnasium as gym
+
+        from tune_runner.env_api import InProcessEnv, api_problems
+
         if isinstance(env, gym.Env):
             return env
         where = f"env {self.name!r} ({describe(self.origin)})"
@@ -178,20 +195,26 @@ def register_env(name: str) -> Callable[[T], T]:
         (spaces, reset(*, seed, options) -> (obs, info), step -> 5 values), and an env
         without it fails when made, naming what is missing.
     Then `gymnasium.make(name, **env_config)`, `gymnasium.make_vec(name, ...)` and RLlib's
-    `env=name` all build it. A name registered by a different definition is a ValueError.
+    `env=name` all build it (inside a plug-in file read by `load_plugins`, RLlib's once
+    `ship_to_ray` has run). A name registered by a different definition is a ValueError.
     """
     gym_id_ok = isinstance(name, str) and re.fullmatch(r"[\w:.-]+", name)
     if not gym_id_ok:
         raise ValueError(f"register_env: an env name is letters, digits and _ : . - (a gymnasium id), got {name!r}")
 
     def decorate(target: T) -> T:
+        import gymnasium as gym
+
         factory = EnvFactory(name, target)
         _check_free(ENVS, name, factory)
         existing = gym.envs.registry.get(name)
         if existing is not None and not isinstance(existing.entry_point, EnvFactory):
             raise ValueError(f"env {name!r} ({describe(factory)}) is already a gymnasium env "
                              f"(entry point {existing.entry_point}); register yours under another name")
-        register_with_ray(factory)
+        if _reading:
+            _UNSHIPPED[name] = factory
+        else:
+            register_with_ray(factory)
         ENVS.register(name, factory)
         gym.envs.registry.pop(name, None)  # ours, registered again: replace it without gymnasium's warning
         gym.register(id=name, entry_point=factory)
@@ -203,10 +226,9 @@ def register_env(name: str) -> Callable[[T], T]:
 def register_with_ray(factory: EnvFactory) -> None:
     """Ray Tune's env registry, which RLlib reads by name; it pickles the creator now and ships it at ray.init.
 
-    While a decorator runs, its class is not yet a name in its module, so cloudpickle would copy
-    it by value, without the module's names defined further down. Our own envs are therefore
-    sent as a reference (every worker has tune_runner); a plug-in file is pickled again, whole,
-    once `load_plugins` has run it.
+    Our own envs are sent as a reference (every worker has tune_runner). A plug-in file's env
+    goes by value; `ship_to_ray` sends it once the file has run to its end (while a decorator
+    runs, the module's names defined further down do not exist yet).
     """
     from ray.tune.registry import register_env as ray_register_env
 
@@ -216,8 +238,9 @@ def register_with_ray(factory: EnvFactory) -> None:
     try:
         ray_register_env(factory.name, creator)
     except Exception as exc:  # what fails to pickle raises one of many types
+        cause = exc.__cause__ or exc.__context__ or exc  # Ray wraps the pickling error in a paragraph of advice
         raise ValueError(f"env {factory.name!r} ({describe(factory)}): Ray cannot pickle it for its workers: "
-                         f"{type(exc).__name__}: {exc}") from exc
+                         f"{_one_line(cause)}") from exc
 
 
 class _RayCreator:
@@ -231,6 +254,8 @@ class _RayCreator:
         self.name, self.origin = name, origin
 
     def __call__(self, env_config: Mapping[str, Any] | None = None) -> gym.Env:
+        from tune_runner.env_api import find
+
         origin = find(*self.origin) if isinstance(self.origin, tuple) else self.origin
         return EnvFactory(self.name, origin).make(env_config)
 
@@ -242,6 +267,8 @@ def registered_env(name: str) -> EnvFactory:
 
 def env_names() -> list[str]:
     """Every env id that can be made: gymnasium's and ours."""
+    import gymnasium as gym
+
     return sorted(set(gym.envs.registry) | set(ENVS.names()))
 
 
@@ -272,23 +299,25 @@ def _recorder(registry: Registry[Any], name: str) -> Callable[[T], T]:
 # ---------------------------------------------------------------------------- plug-in files
 
 
-def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.PathLike[str] | None = None
-                 ) -> list[Path]:
+def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.PathLike[str] | None = None,
+                 shipped: bool = True) -> list[Path]:
     """Import the shipped envs, `<cwd>/envs/*.py` and each of `paths`; once each, so calling again is cheap.
 
     A path is a .py file or a folder (its .py files, and its subfolders'; names starting with
     _ or . are skipped), relative to `cwd` (default: the working directory). Returns the
     absolute paths of the user files (not the shipped ones), for a trial process to load
     again. A missing path, a non-.py file or a file that raises is a one-line UserError.
+    `shipped=False` leaves out our envs (they register envs only, and one imports Ray): what
+    a user's agent and model options need. Nothing is sent to Ray here (see `ship_to_ray`).
     """
     base = Path(os.getcwd() if cwd is None else cwd)
-    shipped = tune_paths.shipped("envs").resolve()
-    for file in _python_files(shipped):
-        _load_file(file, label=f"{shipped.name}/{file.relative_to(shipped)}",
+    ours = tune_paths.shipped("envs").resolve()
+    for file in _python_files(ours) if shipped else ():
+        _load_file(file, label=f"{ours.name}/{file.relative_to(ours)}",
                    module_name=f"{SHIPPED_PACKAGE}.{file.stem}", by_value=False)
     loaded: list[Path] = []
     local = base / "envs"
-    if local.is_dir() and local.resolve() != shipped:
+    if local.is_dir() and local.resolve() != ours:
         loaded += [_load_user_file(file, label=str(file.relative_to(base))) for file in _python_files(local)]
     for given in paths:
         loaded += [_load_user_file(file, label=f"--plugins {shown}") for file, shown in _expand(given, base=base)]
@@ -333,27 +362,48 @@ def _load_user_file(file: Path, *, label: str) -> Path:
 
 def _load_file(file: Path, *, label: str, module_name: str, by_value: bool) -> ModuleType:
     """Execute `file` as module `module_name`, unless that module is loaded already."""
+    global _reading
     if module_name in sys.modules:
         return sys.modules[module_name]
-    from ray import cloudpickle
-
     spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[module_name] = module
-    if by_value:  # before running it: its register_env pickles the env class for Ray
-        cloudpickle.register_pickle_by_value(module)
+    envs_before, reading, _reading = set(_UNSHIPPED), _reading, True
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     except Exception as exc:
         del sys.modules[module_name]
-        if by_value:
-            cloudpickle.unregister_pickle_by_value(module)
+        for name in set(_UNSHIPPED) - envs_before:  # registered by the broken file: not for Ray
+            del _UNSHIPPED[name]
         raise UserError(f"{label}: {_one_line(exc)}{_line_in(exc, file)}") from exc
-    for name in ENVS.names() if by_value else ():  # pickled again, whole: see register_with_ray
-        factory = ENVS.peek(name)
-        if isinstance(factory, EnvFactory) and factory.module == module_name:
-            register_with_ray(factory)
+    finally:
+        _reading = reading
+    if by_value:
+        _BY_VALUE.add(module_name)
     return module
+
+
+def ship_to_ray() -> None:
+    """Register with Ray Tune every env that `load_plugins` read and Ray does not know yet.
+
+    RLlib finds an env there by name; Ray pickles the creator now and sends it to its workers
+    (at ray.init, or at once when Ray runs). A plug-in file goes by value, whole, so a worker
+    without the file builds the env too. Called when a search or a trial starts: it imports Ray.
+    """
+    if not (_UNSHIPPED or _BY_VALUE):
+        return
+    from ray import cloudpickle
+
+    for module_name in list(_BY_VALUE):
+        if module_name in sys.modules:
+            cloudpickle.register_pickle_by_value(sys.modules[module_name])
+        _BY_VALUE.discard(module_name)
+    for name, factory in list(_UNSHIPPED.items()):
+        try:
+            register_with_ray(factory)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        del _UNSHIPPED[name]
 
 
 def _one_line(exc: BaseException) -> str:

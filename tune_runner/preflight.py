@@ -48,13 +48,15 @@ def check_env(name: str, *, where: str) -> None:
 
 def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     """Import the spec's plugin files and the `envs/` folder of the working directory; the spec then
-    lists every user file that registered something, so each trial imports the same ones."""
-    from tune_runner.plugins import load_plugins
+    lists every user file that registered something, so each trial imports the same ones. Their
+    envs go to Ray Tune's registry here, where RLlib looks them up."""
+    from tune_runner.plugins import load_plugins, ship_to_ray
 
     try:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
         raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
+    ship_to_ray()
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 

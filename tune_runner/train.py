@@ -25,6 +25,8 @@ from tune_runner.errors import ExitStatus, UserError
 
 DEFAULT_AGENT, DEFAULT_BUDGET = "ppo", 100_000
 SEED_AGENT = "default_agent"  # seed 000's agent name; its learning rule came from --model_name
+# Names whose options need no plug-in file (ours); any other agent or model name reads them.
+OUR_NAMES = (None, SEED_AGENT, "ppo", "dqn", "mlp")
 FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": "num_env_runners"}
 
 
@@ -67,7 +69,7 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     seed.add_argument("--seed", type=int, help="seed of the networks, envs and sampling")
     common(train)
     words = [w for w in argv if not w.startswith("-")]
-    if words[:1] == ["train"]:  # other commands need none of it: the agents' options import torch (seconds)
+    if words[:1] == ["train"]:  # another command never reads these options: no agent is looked at
         _add_options(train, scan(argv))
     return train
 
@@ -89,10 +91,11 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
     if (chosen.get("agent") or "").startswith("rllib/"):
         return  # RLlib's settings come with --set KEY=VALUE
     try:
-        from tune_runner import agents, models
+        from tune_runner import agents
         from tune_runner.plugins import MODELS, load_plugins
 
-        load_plugins(chosen["plugins"])
+        if chosen.get("agent") not in OUR_NAMES or chosen.get("model") not in OUR_NAMES:
+            load_plugins(chosen["plugins"], shipped=False)  # a user's agent or model: its file declares them
         agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
         if not agents.is_agent(agent):
             return  # prepare() names the unknown agent with its did-you-mean
@@ -102,9 +105,11 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
             if flag not in taken:
                 group.add_argument(flag, dest=f"agent:{flag[2:]}", default=argparse.SUPPRESS, **kwargs)
                 taken.add(flag)
-        if model and model in MODELS and model != models.BUILT_IN:  # mlp: the agent's fcnet_* size it
+        if model and model in MODELS and model != "mlp":  # models.BUILT_IN: the agent's fcnet_* size it
+            from tune_runner.add_args import options
+
             group = parser.add_argument_group(f"options of model {model} (model_config)")
-            for action in models.options(MODELS.get(model), prog=model).values():
+            for action in options(MODELS.get(model), prog=model).values():
                 if set(action.option_strings) & taken:
                     continue  # the agent's flag of that name wins; model_config.<name> via --set
                 group.add_argument(*action.option_strings, dest=f"model:{action.dest}", type=action.type,
@@ -117,17 +122,24 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
 def agent_flags(agent: str) -> list[tuple[str, dict[str, Any]]]:
     """(flag, add_argument kwargs) for each option of an agent: its config fields (ours) or its add_args."""
     from tune_runner import agents
-    from tune_runner.models import options
-    from tune_runner.spec import parse_value
 
     config = agents.config_class(agent)
     if not dataclasses.is_dataclass(config):
+        from tune_runner.add_args import options
+
         return [(a.option_strings[0], {"type": a.type, "nargs": a.nargs, "choices": a.choices, "help": a.help})
                 for a in options(agents.agent_class(agent), prog=agent).values()]
     docs = field_docs(config)
     skip = {"seed", "model", "model_config"}
     return [(f"--{f.name}", {"type": parse_value, "metavar": "VALUE", "help": _field_help(f, docs)})
             for f in dataclasses.fields(config) if f.name not in skip]
+
+
+def parse_value(text: str) -> Any:
+    """`spec.parse_value`, imported when a value is parsed: the YAML reader costs a --help 0.05 s."""
+    from tune_runner.spec import parse_value as parse
+
+    return parse(text)
 
 
 def _field_help(field: dataclasses.Field, docs: dict[str, str]) -> str:

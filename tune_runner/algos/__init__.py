@@ -5,13 +5,33 @@ Each learner owns a NEXT_STEP-autoreset vector env and its training loop, `train
 (`tune_runner.algos.learner`). It offers `collect`/`absorb` (a worker's side and the trainer's
 side of remote rollouts), `get_state`/`set_state` (exact restore) and `get_weights`/`set_weights`.
 A Ray Tune trainable wraps them elsewhere.
+
+The names below are imported on first use, so `tune_runner.algos.config` (the settings, which
+`tune-rl train --help` lists) loads without torch.
 """
 
-from tune_runner.algos.common import EpisodeStats, make_vec_env, masked_logits
-from tune_runner.algos.dqn import DQN, DQNConfig
-from tune_runner.algos.learner import Learner, OwnLearner, Replay, Sampler
-from tune_runner.algos.ppo import PPO, PPOConfig, compute_gae
-from tune_runner.algos.replay import ReplayBuffer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tune_runner.algos.common import EpisodeStats, make_vec_env, masked_logits
+    from tune_runner.algos.config import DQNConfig, PPOConfig
+    from tune_runner.algos.dqn import DQN
+    from tune_runner.algos.learner import Learner, OwnLearner, Replay, Sampler
+    from tune_runner.algos.ppo import PPO, compute_gae
+    from tune_runner.algos.replay import ReplayBuffer
+
+_HOMES = {"EpisodeStats": "common", "make_vec_env": "common", "masked_logits": "common", "DQN": "dqn",
+          "DQNConfig": "config", "PPOConfig": "config", "Learner": "learner", "OwnLearner": "learner",
+          "Replay": "learner", "Sampler": "learner", "PPO": "ppo", "compute_gae": "ppo", "ReplayBuffer": "replay"}
 
 __all__ = ["DQN", "PPO", "DQNConfig", "EpisodeStats", "Learner", "OwnLearner", "PPOConfig", "Replay", "ReplayBuffer",
            "Sampler", "compute_gae", "make_vec_env", "masked_logits"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -10,13 +10,12 @@ returns its first observation with reward 0. `VecEnv` marks that step as not a t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import pickle
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -32,71 +31,6 @@ ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 VECTORIZE_MODES = ("sync", "async", "vector_entry_point")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
-Config = TypeVar("Config")
-
-
-def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
-                     aliases: Mapping[str, str] | None = None) -> Config:
-    """`cls(**values)`, but an unknown key is a ValueError naming the closest valid key."""
-    aliases = aliases or {}
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    kwargs = {}
-    for key, value in values.items():
-        key = aliases.get(key, key)
-        if key not in names:
-            raise ValueError(unknown_name(f"{cls.__name__} key", key, names))
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
-def _number(config: Any, name: str) -> float:
-    """The value of `name`, or a ValueError naming it when it is not a real number."""
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{type(config).__name__}.{name} must be a number, got {name}={value!r} "
-                         f"(a {type(value).__name__})")
-    return value
-
-
-def check_positive(config: Any, *names: str) -> None:
-    """ValueError naming the first of `names` that is not > 0."""
-    for name in names:
-        value = _number(config, name)
-        if not value > 0:
-            raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {name}={value!r}")
-
-
-def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
-    """ValueError naming the first of `names` that is not in [0, 1] ((0, 1] without `allow_zero`)."""
-    for name in names:
-        value = _number(config, name)
-        above_low = value >= 0.0 if allow_zero else value > 0.0
-        if not (above_low and value <= 1.0):  # NaN fails both
-            interval = "[0, 1]" if allow_zero else "(0, 1]"
-            raise ValueError(f"{type(config).__name__}.{name} must be in {interval}, got {name}={value!r}")
-
-
-def check_schedule(config: Any, name: str) -> None:
-    """`name` is a number > 0, or RLlib's schedule form `[[env_steps, value], ...]`.
-
-    A schedule starts at env step 0, its steps rise strictly, its values are >= 0 and the
-    first is > 0 (ending at 0 is the usual linear decay).
-    """
-    value = getattr(config, name)
-    if not isinstance(value, (list, tuple)):
-        check_positive(config, name)
-        return
-    where = f"{type(config).__name__}.{name}"
-    pairs = [tuple(p) for p in value if isinstance(p, (list, tuple)) and len(p) == 2]
-    numbers = all(not isinstance(x, bool) and isinstance(x, (int, float)) for p in pairs for x in p)
-    if not value or len(pairs) != len(value) or not numbers:
-        raise ValueError(f"{where} must be a number or a schedule [[env_steps, value], ...], got {name}={value!r}")
-    steps = [p[0] for p in pairs]
-    if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-        raise ValueError(f"{where}: a schedule's env steps start at 0 and rise, got {name}={value!r}")
-    if pairs[0][1] <= 0 or any(v < 0 for _, v in pairs):
-        raise ValueError(f"{where}: a schedule's values are >= 0 and the first > 0, got {name}={value!r}")
-    object.__setattr__(config, name, tuple((int(t), float(v)) for t, v in pairs))
 
 
 def scheduled(value: float | tuple[tuple[int, float], ...], env_steps: int) -> float:

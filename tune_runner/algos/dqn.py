@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,10 +26,6 @@ from tune_runner.algos.common import (
     EpisodeStats,
     FlatAdam,
     Rngs,
-    check_positive,
-    check_schedule,
-    check_unit,
-    config_from_dict,
     make_vec_env,
     masked_logits,
     mlp,
@@ -39,88 +34,10 @@ from tune_runner.algos.common import (
     state_dict_copy,
     to_tensor,
 )
+from tune_runner.algos.config import DQNConfig
 from tune_runner.algos.learner import LearnerBase, Replay
 from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
-from tune_runner.models import BUILT_IN, build_model, check_model
-
-
-@dataclass(frozen=True)
-class DQNConfig:
-    """DQN settings, named as in RLlib's DQNConfig."""
-
-    lr: float | tuple[tuple[int, float], ...] = 1e-3
-    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    train_batch_size: int = 64
-    """Transitions per gradient step."""
-    replay_buffer_config: Mapping[str, Any] = field(default_factory=lambda: {"capacity": 50000})
-    """Only `capacity` (transitions) is read; RLlib's other keys are accepted and ignored."""
-    num_steps_sampled_before_learning_starts: int = 1000
-    """Env steps sampled before the first gradient step."""
-    target_network_update_freq: int = 500
-    """Env steps between copies of the Q network into the target network."""
-    epsilon: float | tuple[tuple[int, float], ...] = ((0, 1.0), (10000, 0.05))
-    """A constant, or [[env_step, value], ...] interpolated linearly (RLlib's format)."""
-    training_intensity: float | None = None
-    """Trained transitions per sampled env step; None: one gradient step per vector step."""
-    n_step: int = 1
-    """Steps of the n-step return."""
-    double_q: bool = True
-    """Pick the next action with the online network, value it with the target network."""
-    dueling: bool = False
-    """Separate value and advantage heads."""
-    num_envs_per_env_runner: int = 8
-    """Envs stepped together in one vector env."""
-    fcnet_hiddens: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the Q network."""
-    fcnet_activation: str = "relu"
-    """tanh, relu, elu or silu."""
-    grad_clip: float | None = 10.0
-    """Max global gradient norm; None disables."""
-    td_error_loss_fn: str = "huber"
-    """huber or mse."""
-    metrics_num_episodes_for_smoothing: int = 100
-    """Finished episodes that episode_return_mean averages over."""
-    model: str = "mlp"
-    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
-    model_config: Mapping[str, Any] = field(default_factory=dict)
-    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
-    gym_env_vectorize_mode: str | None = None
-    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
-    seed: int = 0
-    """Seeds the network, the envs and every random draw of the learner."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
-        object.__setattr__(self, "model_config", dict(self.model_config))
-        check_model(self.model, self.model_config)
-        object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
-        if not isinstance(self.epsilon, (int, float)):
-            object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
-        optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
-        check_schedule(self, "lr")
-        check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
-                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
-        check_unit(self, "gamma", allow_zero=False)
-        if self.td_error_loss_fn not in ("huber", "mse"):
-            raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
-
-    @property
-    def capacity(self) -> int:
-        return int(self.replay_buffer_config.get("capacity", 50000))
-
-    def epsilon_at(self, env_steps: int) -> float:
-        """The exploration rate after `env_steps` sampled env steps."""
-        if isinstance(self.epsilon, (int, float)):
-            return float(self.epsilon)
-        steps, values = zip(*self.epsilon, strict=True)
-        return float(np.interp(env_steps, steps, values))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> DQNConfig:
-        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
-        return config_from_dict(cls, values)
+from tune_runner.models import BUILT_IN, build_model
 
 
 def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor,

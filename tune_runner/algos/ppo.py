@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,6 @@ from tune_runner.algos.common import (
     EpisodeStats,
     FlatAdam,
     Rngs,
-    check_positive,
-    check_schedule,
-    check_unit,
-    config_from_dict,
     make_vec_env,
     masked_logits,
     mlp,
@@ -38,76 +33,12 @@ from tune_runner.algos.common import (
     state_dict_copy,
     to_tensor,
 )
+from tune_runner.algos.config import PPOConfig
 from tune_runner.algos.learner import LearnerBase, Sampler
-from tune_runner.models import BUILT_IN, build_model, check_model
+from tune_runner.models import BUILT_IN, build_model
 
 # Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
 NOT_TIME_MAJOR = ("last_obs", "env_steps", "episode_returns", "episode_lens")
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """PPO settings, named as in RLlib's PPOConfig."""
-
-    lr: float | tuple[tuple[int, float], ...] = 3e-4
-    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    lambda_: float = 0.95
-    """GAE lambda (`lambda` is accepted by from_dict too)."""
-    clip_param: float = 0.2
-    """PPO's clip range of the probability ratio."""
-    vf_clip_param: float | None = 10.0
-    """Clip of the squared value error (RLlib's meaning); None disables."""
-    vf_loss_coeff: float = 0.5
-    """Weight of the value loss."""
-    entropy_coeff: float = 0.0
-    """Weight of the entropy bonus."""
-    num_epochs: int = 10
-    """Passes over each train batch."""
-    minibatch_size: int = 256
-    """Transitions per gradient step."""
-    train_batch_size: int = 4000
-    """Env steps per iteration, rounded up to a multiple of num_envs_per_env_runner."""
-    num_envs_per_env_runner: int = 8
-    """Envs stepped together in one vector env."""
-    fcnet_hiddens: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of both the policy and the value network."""
-    fcnet_activation: str = "tanh"
-    """tanh, relu, elu or silu."""
-    grad_clip: float | None = 0.5
-    """Max global gradient norm; None disables."""
-    metrics_num_episodes_for_smoothing: int = 100
-    """Finished episodes that episode_return_mean averages over."""
-    model: str = "mlp"
-    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
-    model_config: Mapping[str, Any] = field(default_factory=dict)
-    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
-    gym_env_vectorize_mode: str | None = None
-    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
-    seed: int = 0
-    """Seeds the networks, the envs and every random draw of the learner."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
-        object.__setattr__(self, "model_config", dict(self.model_config))
-        check_model(self.model, self.model_config)
-        check_schedule(self, "lr")
-        check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
-                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
-        check_unit(self, "gamma", allow_zero=False)
-        check_unit(self, "lambda_")
-        if self.minibatch_size > self.train_batch_size:
-            raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
-                             f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
-
-    def _optional(self) -> list[str]:
-        return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
-        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
-        return config_from_dict(cls, values, aliases={"lambda": "lambda_"})
 
 
 def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,

@@ -1,0 +1,118 @@
+"""The import budget of the command line: building the parser, every `--help`, `spaces` and `schedulers`
+import none of the heavy libraries. Each case runs the console script's entry point in a fresh interpreter
+and reads its sys.modules, so a module that a previous test imported cannot hide a regression.
+
+The commands are found by walking the parser, not by listing files: a command added later, or the
+modules moved into packages, are checked the same way. Times are measured in bench/cli_startup.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tests.cli_process import run_entry_point
+from tune_runner.cli import build_parser
+
+
+def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and subcommand of the parser, e.g. ("spaces", "show")."""
+    found = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += command_paths(sub, (*prefix, name))
+    return found
+
+
+HELP = [[*path, "--help"] for path in command_paths(build_parser())]
+LIGHT = [[], ["--version"], ["spaces", "list"], ["spaces", "show", "ppo_small"], ["schedulers", "list"],
+         ["train", "--agent_name", "ppo", "--help"], ["train", "--agent_name", "dqn", "--help"],
+         ["train", "--agent_name", "rllib/PPO", "--help"], ["train", "--model_name", "ppo", "--help"]]
+
+
+def test_the_walk_finds_every_command():
+    paths = command_paths(build_parser())
+    assert {("search",), ("train",), ("spaces", "list"), ("spaces", "show"), ("jobs", "logs"),
+            ("completion",)} <= set(paths)
+    assert len(paths) >= 19
+
+
+@pytest.mark.parametrize("argv", HELP + LIGHT, ids=lambda argv: " ".join(argv) or "(no command)")
+def test_no_heavy_import(argv, tmp_path):
+    ran = run_entry_point(argv, tmp_path)
+    assert ran["heavy"] == [], f"tune-rl {' '.join(argv)} imported {ran['heavy']}"
+    assert ran["status"] in (0, 2, None) and ran["out"], ran["err"]  # 2: no command prints the help
+
+
+def test_spaces_and_schedulers_still_answer(tmp_path):
+    assert "ppo_small" in run_entry_point(["spaces", "list"], tmp_path)["out"]
+    assert run_entry_point(["spaces", "show", "ppo_small"], tmp_path)["out"].startswith("# ")
+    assert "asha" in run_entry_point(["schedulers", "list"], tmp_path)["out"]
+
+
+def test_train_help_lists_the_default_agents_options_without_torch(tmp_path):
+    ran = run_entry_point(["train", "--help"], tmp_path)
+    assert ran["heavy"] == [] and "options of agent ppo" in ran["out"] and "--clip_param" in ran["out"]
+    dqn = run_entry_point(["train", "--agent_name", "dqn", "--help"], tmp_path)
+    assert "options of agent dqn" in dqn["out"] and "--target_network_update_freq" in dqn["out"]
+    assert "--clip_param" not in dqn["out"]
+
+
+AGENT_PLUGIN = '''
+from tune_runner.plugins import register_agent
+
+
+@register_agent("tiny")
+class Tiny:
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--tiny_rate", type=float, default=0.5, help="how tiny")
+
+    def __init__(self, args): ...
+    def train_iteration(self): ...
+    def compute_actions(self, obs, explore=False): ...
+'''
+
+MODEL_PLUGIN = '''
+import torch
+from tune_runner.models import Model
+from tune_runner.plugins import register_model
+
+
+@register_model("wide")
+class Wide(Model):
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--width", type=int, default=128, help="units per layer")
+'''
+
+ENV_PLUGIN = '''
+import gymnasium as gym
+from tune_runner.plugins import register_env
+
+
+@register_env("plain_corridor")
+class Corridor(gym.Env):
+    def __init__(self, env_config=None): ...
+'''
+
+
+def test_a_user_agents_help_imports_only_what_its_file_imports(tmp_path):
+    """The agent's file is read (its options are flags), the shipped envs are not, and nothing goes to Ray."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "tiny_agent.py").write_text(AGENT_PLUGIN)
+    (tmp_path / "envs" / "corridor.py").write_text(ENV_PLUGIN)  # imports gymnasium, registers an env
+    ran = run_entry_point(["train", "--agent_name", "tiny", "--help"], tmp_path, cwd=tmp_path)
+    assert "options of agent tiny" in ran["out"] and "--tiny_rate" in ran["out"], ran["err"]
+    assert ran["heavy"] == ["gymnasium"]  # the env file's own import; no Ray (registered when a run starts)
+
+
+def test_agent_and_model_options_are_both_listed(tmp_path):
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "wide.py").write_text(MODEL_PLUGIN)
+    ran = run_entry_point(["train", "--agent_name", "dqn", "--model_name", "wide", "--help"], tmp_path, cwd=tmp_path)
+    assert "options of agent dqn" in ran["out"] and "--double_q" in ran["out"], ran["err"]
+    assert "options of model wide (model_config)" in ran["out"] and "--width" in ran["out"]
+    assert "ray" not in ran["heavy"]  # torch yes: the model's file imports it

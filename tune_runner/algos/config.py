@@ -1,0 +1,234 @@
+"""Our learners' settings: `PPOConfig` and `DQNConfig`, and the checks they run on construction.
+
+No torch, numpy or gymnasium here: `tune-rl train --help` lists these fields (their docstrings
+are the help text) without loading a learner. A config checks its model lazily, when built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Any, TypeVar
+
+from tune_runner.errors import unknown_name
+
+Config = TypeVar("Config")
+
+
+def check_model(name: str, model_config: Mapping[str, Any]) -> None:
+    """`tune_runner.models.check_model`, imported when a config is built: the registered networks need torch."""
+    from tune_runner.models import check_model as check
+
+    check(name, model_config)
+
+
+def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
+                     aliases: Mapping[str, str] | None = None) -> Config:
+    """`cls(**values)`, but an unknown key is a ValueError naming the closest valid key."""
+    aliases = aliases or {}
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in values.items():
+        key = aliases.get(key, key)
+        if key not in names:
+            raise ValueError(unknown_name(f"{cls.__name__} key", key, names))
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _number(config: Any, name: str) -> float:
+    """The value of `name`, or a ValueError naming it when it is not a real number."""
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, Real):  # numpy's scalars are Real too
+        raise ValueError(f"{type(config).__name__}.{name} must be a number, got {name}={value!r} "
+                         f"(a {type(value).__name__})")
+    return value
+
+
+def check_positive(config: Any, *names: str) -> None:
+    """ValueError naming the first of `names` that is not > 0."""
+    for name in names:
+        value = _number(config, name)
+        if not value > 0:
+            raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {name}={value!r}")
+
+
+def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
+    """ValueError naming the first of `names` that is not in [0, 1] ((0, 1] without `allow_zero`)."""
+    for name in names:
+        value = _number(config, name)
+        above_low = value >= 0.0 if allow_zero else value > 0.0
+        if not (above_low and value <= 1.0):  # NaN fails both
+            interval = "[0, 1]" if allow_zero else "(0, 1]"
+            raise ValueError(f"{type(config).__name__}.{name} must be in {interval}, got {name}={value!r}")
+
+
+def check_schedule(config: Any, name: str) -> None:
+    """`name` is a number > 0, or RLlib's schedule form `[[env_steps, value], ...]`.
+
+    A schedule starts at env step 0, its steps rise strictly, its values are >= 0 and the
+    first is > 0 (ending at 0 is the usual linear decay).
+    """
+    value = getattr(config, name)
+    if not isinstance(value, (list, tuple)):
+        check_positive(config, name)
+        return
+    where = f"{type(config).__name__}.{name}"
+    pairs = [tuple(p) for p in value if isinstance(p, (list, tuple)) and len(p) == 2]
+    numbers = all(not isinstance(x, bool) and isinstance(x, (int, float)) for p in pairs for x in p)
+    if not value or len(pairs) != len(value) or not numbers:
+        raise ValueError(f"{where} must be a number or a schedule [[env_steps, value], ...], got {name}={value!r}")
+    steps = [p[0] for p in pairs]
+    if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+        raise ValueError(f"{where}: a schedule's env steps start at 0 and rise, got {name}={value!r}")
+    if pairs[0][1] <= 0 or any(v < 0 for _, v in pairs):
+        raise ValueError(f"{where}: a schedule's values are >= 0 and the first > 0, got {name}={value!r}")
+    object.__setattr__(config, name, tuple((int(t), float(v)) for t, v in pairs))
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO settings, named as in RLlib's PPOConfig."""
+
+    lr: float | tuple[tuple[int, float], ...] = 3e-4
+    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lambda_: float = 0.95
+    """GAE lambda (`lambda` is accepted by from_dict too)."""
+    clip_param: float = 0.2
+    """PPO's clip range of the probability ratio."""
+    vf_clip_param: float | None = 10.0
+    """Clip of the squared value error (RLlib's meaning); None disables."""
+    vf_loss_coeff: float = 0.5
+    """Weight of the value loss."""
+    entropy_coeff: float = 0.0
+    """Weight of the entropy bonus."""
+    num_epochs: int = 10
+    """Passes over each train batch."""
+    minibatch_size: int = 256
+    """Transitions per gradient step."""
+    train_batch_size: int = 4000
+    """Env steps per iteration, rounded up to a multiple of num_envs_per_env_runner."""
+    num_envs_per_env_runner: int = 8
+    """Envs stepped together in one vector env."""
+    fcnet_hiddens: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of both the policy and the value network."""
+    fcnet_activation: str = "tanh"
+    """tanh, relu, elu or silu."""
+    grad_clip: float | None = 0.5
+    """Max global gradient norm; None disables."""
+    metrics_num_episodes_for_smoothing: int = 100
+    """Finished episodes that episode_return_mean averages over."""
+    model: str = "mlp"
+    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
+    gym_env_vectorize_mode: str | None = None
+    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
+    seed: int = 0
+    """Seeds the networks, the envs and every random draw of the learner."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        object.__setattr__(self, "model_config", dict(self.model_config))
+        check_model(self.model, self.model_config)
+        check_schedule(self, "lr")
+        check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
+                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
+        check_unit(self, "gamma", allow_zero=False)
+        check_unit(self, "lambda_")
+        if self.minibatch_size > self.train_batch_size:
+            raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
+                             f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
+
+    def _optional(self) -> list[str]:
+        return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
+        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
+        return config_from_dict(cls, values, aliases={"lambda": "lambda_"})
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """DQN settings, named as in RLlib's DQNConfig."""
+
+    lr: float | tuple[tuple[int, float], ...] = 1e-3
+    """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_batch_size: int = 64
+    """Transitions per gradient step."""
+    replay_buffer_config: Mapping[str, Any] = field(default_factory=lambda: {"capacity": 50000})
+    """Only `capacity` (transitions) is read; RLlib's other keys are accepted and ignored."""
+    num_steps_sampled_before_learning_starts: int = 1000
+    """Env steps sampled before the first gradient step."""
+    target_network_update_freq: int = 500
+    """Env steps between copies of the Q network into the target network."""
+    epsilon: float | tuple[tuple[int, float], ...] = ((0, 1.0), (10000, 0.05))
+    """A constant, or [[env_step, value], ...] interpolated linearly (RLlib's format)."""
+    training_intensity: float | None = None
+    """Trained transitions per sampled env step; None: one gradient step per vector step."""
+    n_step: int = 1
+    """Steps of the n-step return."""
+    double_q: bool = True
+    """Pick the next action with the online network, value it with the target network."""
+    dueling: bool = False
+    """Separate value and advantage heads."""
+    num_envs_per_env_runner: int = 8
+    """Envs stepped together in one vector env."""
+    fcnet_hiddens: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of the Q network."""
+    fcnet_activation: str = "relu"
+    """tanh, relu, elu or silu."""
+    grad_clip: float | None = 10.0
+    """Max global gradient norm; None disables."""
+    td_error_loss_fn: str = "huber"
+    """huber or mse."""
+    metrics_num_episodes_for_smoothing: int = 100
+    """Finished episodes that episode_return_mean averages over."""
+    model: str = "mlp"
+    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
+    gym_env_vectorize_mode: str | None = None
+    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
+    seed: int = 0
+    """Seeds the network, the envs and every random draw of the learner."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        object.__setattr__(self, "model_config", dict(self.model_config))
+        check_model(self.model, self.model_config)
+        object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
+        if not isinstance(self.epsilon, (int, float)):
+            object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
+        optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
+        check_schedule(self, "lr")
+        check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
+                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
+        check_unit(self, "gamma", allow_zero=False)
+        if self.td_error_loss_fn not in ("huber", "mse"):
+            raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
+
+    @property
+    def capacity(self) -> int:
+        return int(self.replay_buffer_config.get("capacity", 50000))
+
+    def epsilon_at(self, env_steps: int) -> float:
+        """The exploration rate after `env_steps` sampled env steps."""
+        if isinstance(self.epsilon, (int, float)):
+            return float(self.epsilon)
+        steps, values = zip(*self.epsilon, strict=True)
+        import numpy as np
+
+        return float(np.interp(env_steps, steps, values))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> DQNConfig:
+        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
+        return config_from_dict(cls, values)
