@@ -492,12 +492,14 @@ def train_until(learner, *, target: float, max_env_steps: int) -> dict:
     return result
 
 
+@pytest.mark.e2e  # trains for tens of seconds: not for the quick unit run
 def test_ppo_learns_cartpole():
     config = PPOConfig(lr=1e-3, train_batch_size=2000, vf_clip_param=None, seed=0)
     result = train_until(PPO(config, env_id="CartPole-v1"), target=150, max_env_steps=60_000)
     assert result["episode_return_mean"] >= 150, result
 
 
+@pytest.mark.e2e  # trains for tens of seconds: not for the quick unit run
 def test_dqn_learns_cartpole():
     result = train_until(DQN(DQNConfig(seed=0), env_id="CartPole-v1"), target=100, max_env_steps=30_000)
     assert result["episode_return_mean"] >= 100, result

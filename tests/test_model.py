@@ -43,6 +43,7 @@ def test_exported_mlp_gives_the_learners_greedy_actions(name, tmp_path):
     learner.close()
 
 
+@pytest.mark.e2e  # trains, logs to MLflow and loads in a fresh interpreter: 15-25 s each
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, tmp_path):
     from tune_runner.tracking import client, experiment_id
