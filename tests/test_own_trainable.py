@@ -172,6 +172,10 @@ def test_the_nan_guard_judges_only_computed_values():
             check_finite({"episode_return_mean": 20.0, "env_steps": 1000, key: math.nan})
     with pytest.raises(NonFiniteError, match="^loss is inf"):
         check_finite({"env_steps": 1000, "loss": math.inf})
+    for value in (np.float32("nan"), np.float16("inf")):  # a user agent's loss straight from NumPy or torch .numpy()
+        with pytest.raises(NonFiniteError, match=f"^loss is {float(value)}"):
+            check_finite({"env_steps": 1000, "loss": value})
+    check_finite({"env_steps": 1000, "loss": np.float32(0.5), "episodes": np.int64(3)})
     assert computed({"env_steps": 5, "policy_loss": None, "lr": 0.1}) == {"env_steps": 5, "lr": 0.1}
 
 

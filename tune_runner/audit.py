@@ -13,6 +13,7 @@ with the trial's config as Tune holds it, counts exploits, and reports both.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,8 @@ class AuditError(RuntimeError):
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number, NumPy's float32 and int64 included (a user agent's loss is often one); not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def mismatches(requested: Mapping[str, Any], applied: Mapping[str, Any]) -> list[str]:
