@@ -56,5 +56,11 @@ def test_the_reported_return_is_the_mean_of_the_last_episodes_the_env_finished(r
     restored = trainable_class("rllib/PPO")(config=config)
     restored.restore(checkpoint)
     # The window goes on from the checkpoint's: the env's record holds both trials' episodes, in order.
-    assert_matches(restored.train(), record, window=window)
+    after = restored.train()
+    assert_matches(after, record, window=window)
+    # sps counts this iteration's env steps only: from the checkpoint's lifetime count, not from 0
+    # (which made the first sps after a PBT exploit or a resume several times too high).
+    steps = after["env_steps"] - result["env_steps"]
+    assert 0 < steps < result["env_steps"]
+    assert after["sps"] * after["time_this_iter_s"] <= 1.5 * steps, (after["sps"], after["time_this_iter_s"], steps)
     restored.stop()
