@@ -81,8 +81,7 @@ def view_of(parent: Any) -> dict[str, Any]:
                             "selectedColumns": [column("params", name) for name in searched]}
     if metric:
         view["selectedColumns"].insert(0, column("metrics", metric))
-        view |= {"orderByKey": column("metrics", metric), "orderByAsc": mode == "min",
-                 "columnWidths": {column("metrics", metric): 200}}  # the whole name, not "episode_return..."
+        view |= {"orderByKey": column("metrics", metric), "orderByAsc": mode == "min"}
     return view
 
 
