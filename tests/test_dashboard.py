@@ -254,3 +254,44 @@ def test_a_taken_default_port_moves_to_a_free_one(tmp_path):
     assert server.port != dashboard.DEFAULT_PORT
     with pytest.raises(UserError, match="--allowed-hosts"):
         dashboard.plan(uri=store, host="0.0.0.0", port=None, allowed_hosts="*")
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Fail the test if the dashboard starts a process."""
+    def popen(*args, **kwargs):
+        raise AssertionError(f"started {args[0][:4]}")
+
+    monkeypatch.setattr(dashboard, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT,
+                                                                 TimeoutExpired=subprocess.TimeoutExpired))
+
+
+def test_open_without_a_browser_is_refused_before_anything_starts(cli, untouched, nothing_starts, monkeypatch):
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "_tryorder", [])  # what webbrowser finds on a machine without one
+    result = cli("dashboard", "--open")
+    assert result.status == 2 and result.out == "" and len(result.err.strip().splitlines()) == 1, result
+    assert "--open: no web browser found" in result.err and "BROWSER=" in result.err
+    untouched.check()
+
+
+def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli, untouched, nothing_starts,
+                                                                            monkeypatch, tmp_path):
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # found again, from $BROWSER
+    monkeypatch.setattr(webbrowser, "_browsers", {})
+    monkeypatch.setenv("BROWSER", "true")
+    result = cli("dashboard", "--open")  # the default store: not created yet
+    assert result.status == 2 and result.out == "" and len(result.err.strip().splitlines()) == 1, result
+    assert "--open: no search in sqlite:///" in result.err and "leave --open out" in result.err
+    untouched.check()
+
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path}/other.db"  # a store with a run, but no search's parent run
+    client = MlflowClient(tracking_uri=store)
+    client.create_run(client.create_experiment("not-a-search"), run_name="by hand")
+    result = cli("dashboard", "--open", "--mlflow-uri", store)
+    assert result.status == 2 and f"--open: no search in {store} yet" in result.err, result
