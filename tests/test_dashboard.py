@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,9 +36,11 @@ def read_lines(stream, into: queue.Queue) -> None:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The dashboard on a store holding one synthetic oracle search, as `tune-rl dashboard --port P`."""
+    """The dashboard on a store holding two synthetic oracle searches, as `tune-rl dashboard --port P`:
+    an older one of 5 trials, then the newest, of 3."""
     home = tmp_path_factory.mktemp("dashboard-home")
     uri = f"sqlite:///{home / 'mlflow.db'}"  # the default store of TUNE_RL_HOME=home
+    log_synthetic_search(uri, name="oracle-older", folder=home / "results" / "oracle-older", count=5)
     records = log_synthetic_search(uri, name="oracle-demo", folder=home / "results" / "oracle-demo")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tune_runner", "dashboard", "--port", str(port)],
@@ -45,14 +49,15 @@ def served(tmp_path_factory):
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=read_lines, args=(proc.stdout, lines), daemon=True).start()
     printed = []
-    while not any("http://" in line for line in printed):
+    while not any("newest search" in line for line in printed):
         try:
             printed.append(lines.get(timeout=240))
         except queue.Empty:
             stop_tree(proc)
-            raise AssertionError(f"no URL printed; stderr: {proc.stderr.read()[-2000:]}") from None
-    url = re.search(r"http://\S+", "".join(printed)).group(0)
-    yield SimpleNamespace(url=url, port=port, proc=proc, printed=printed, home=home, records=records, lines=lines)
+            raise AssertionError(f"no link printed: {printed}; stderr: {proc.stderr.read()[-2000:]}") from None
+    url, link = re.findall(r"http://\S+", "".join(printed))[:2]
+    yield SimpleNamespace(url=url, link=link, port=port, proc=proc, printed=printed, home=home, records=records,
+                          lines=lines)
     stop_tree(proc)
 
 
@@ -69,6 +74,9 @@ def test_prints_its_url_and_serves_the_default_store(served):
     assert served.url == f"http://127.0.0.1:{served.port}"
     assert served.printed[0].startswith(f"tune-rl dashboard: MLflow UI on sqlite:///{served.home}/mlflow.db")
     assert "up in" in served.printed[1] and "Ctrl-C stops it" in served.printed[1]
+    exp_id, parent = served.records["experiment_id"], served.records["parent"]
+    assert served.printed[2] == (f"  newest search oracle-demo: {served.url}/#/experiments/{exp_id}/runs?"
+                                 f"viewStateShareKey=tune-rl-{parent}&workflowType=machine_learning\n")
     assert get(served.url + "/") == 200
 
 
@@ -132,6 +140,67 @@ def test_the_search_in_a_real_browser(served):
 
 
 @pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
+def test_the_printed_link_lands_on_the_newest_searchs_trials(served, tmp_path):
+    """One click on the printed link: the Model training runs table of the newest search's trials only,
+    best first, with the metric and the searched parameters as columns; the charts one click away."""
+    from playwright.sync_api import expect, sync_playwright
+
+    spec, trials = served.records["spec"], served.records["trials"]
+    best_first = sorted(trials, key=lambda t: -t.last_result[spec.metric])
+    metric_column = f"metrics.`{spec.metric}`"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(served.link)
+        names = page.locator("[role=gridcell][col-id='attributes.`Run Name`']")
+        expect(names).to_have_count(len(trials))  # not the older search's 5, nor the two parent runs
+        expect(page.get_by_text(f"{len(trials)} matching runs")).to_be_visible()
+        assert [name.rsplit("\n", 1)[-1] for name in names.all_inner_texts()] == [t.trial_id for t in best_first]
+        values = page.locator(f"[role=gridcell][col-id='{metric_column}']").all_inner_texts()
+        assert values == [f"{t.last_result[spec.metric]:g}" for t in best_first]
+        expect(page.locator(f"[role=columnheader][col-id='{metric_column}']")).to_have_text(spec.metric)
+        for name in spec.searched:
+            expect(page.locator(f"[role=columnheader][col-id='params.`{name}`']")).to_have_text(name)
+        lrs = page.locator("[role=gridcell][col-id='params.`lr`']").all_inner_texts()
+        assert lrs == [str(t.config["lr"]) for t in best_first]
+        expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()  # Model training, not GenAI
+        page.screenshot(path=tmp_path / "deeplink.png")
+
+        page.locator("label", has=page.locator("input[value=CHART]")).click()  # the chart view: one click
+        expect(page.get_by_text(spec.metric, exact=True).first).to_be_visible()
+        page.wait_for_timeout(1000)  # let the charts draw
+        page.screenshot(path=tmp_path / "deeplink-charts.png")
+        browser.close()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for name in ("deeplink.png", "deeplink-charts.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+        shutil.copy(tmp_path / name, SCREENSHOTS / name)
+    print(f"\nscreenshots: {tmp_path}, copied to {SCREENSHOTS}")
+
+
+@pytest.mark.e2e  # a real mlflow server: not for the quick unit run
+def test_open_hands_the_link_to_the_browser(served, tmp_path):
+    """`--open` opens the printed link with the user's browser ($BROWSER, as Python's webbrowser reads it)."""
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {opened}\n")
+    browser.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "tune_runner", "dashboard", "--port", str(free_port()), "--open"],
+                            env=subprocess_env(TUNE_RL_HOME=str(served.home), BROWSER=str(browser)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [proc.stdout.readline() for _ in range(3)]
+        link = re.search(r"newest search oracle-demo: (\S+)", printed[2]).group(1)
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert opened.read_text() == link
+    finally:
+        assert not stop_tree(proc)
+
+
+@pytest.mark.e2e  # a real mlflow server (and a browser): not for the quick unit run
 def test_ctrl_c_stops_the_server_and_everything_it_started(served):
     tree = process_tree(served.proc.pid)
     assert len(tree) >= 3, tree  # tune-rl, mlflow server, its uvicorn worker
@@ -185,3 +254,44 @@ def test_a_taken_default_port_moves_to_a_free_one(tmp_path):
     assert server.port != dashboard.DEFAULT_PORT
     with pytest.raises(UserError, match="--allowed-hosts"):
         dashboard.plan(uri=store, host="0.0.0.0", port=None, allowed_hosts="*")
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Fail the test if the dashboard starts a process."""
+    def popen(*args, **kwargs):
+        raise AssertionError(f"started {args[0][:4]}")
+
+    monkeypatch.setattr(dashboard, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT,
+                                                                 TimeoutExpired=subprocess.TimeoutExpired))
+
+
+def test_open_without_a_browser_is_refused_before_anything_starts(cli, untouched, nothing_starts, monkeypatch):
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "_tryorder", [])  # what webbrowser finds on a machine without one
+    result = cli("dashboard", "--open")
+    assert result.status == 2 and result.out == "" and len(result.err.strip().splitlines()) == 1, result
+    assert "--open: no web browser found" in result.err and "BROWSER=" in result.err
+    untouched.check()
+
+
+def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli, untouched, nothing_starts,
+                                                                            monkeypatch, tmp_path):
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # found again, from $BROWSER
+    monkeypatch.setattr(webbrowser, "_browsers", {})
+    monkeypatch.setenv("BROWSER", "true")
+    result = cli("dashboard", "--open")  # the default store: not created yet
+    assert result.status == 2 and result.out == "" and len(result.err.strip().splitlines()) == 1, result
+    assert "--open: no search in sqlite:///" in result.err and "leave --open out" in result.err
+    untouched.check()
+
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path}/other.db"  # a store with a run, but no search's parent run
+    client = MlflowClient(tracking_uri=store)
+    client.create_run(client.create_experiment("not-a-search"), run_name="by hand")
+    result = cli("dashboard", "--open", "--mlflow-uri", store)
+    assert result.status == 2 and f"--open: no search in {store} yet" in result.err, result

@@ -241,6 +241,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     dash.add_argument("--cors-origins", metavar="URL,...",
                       help="origins allowed to call its API from a browser (default: http:// + each allowed host)")
     dash.add_argument("--verbose", action="store_true", help="show the server's own log (every request)")
+    dash.add_argument("--open", action="store_true",
+                      help="open the newest search's trials (the printed link) in your web browser")
 
     comp = sub.add_parser("completion", help="print the shell code for tab completion (README: Tab completion)")
     comp.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
@@ -561,8 +563,8 @@ def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import dashboard, paths
 
     server = dashboard.plan(uri=args.mlflow_uri or paths.default_mlflow_uri(), host=args.host, port=args.port,
-                            allowed_hosts=args.allowed_hosts, cors_origins=args.cors_origins)
-    return dashboard.serve(server, out=out, verbose=args.verbose)
+                            allowed_hosts=args.allowed_hosts, cors_origins=args.cors_origins, open_browser=args.open)
+    return dashboard.serve(server, out=out, verbose=args.verbose, open_browser=args.open)
 
 
 def search_argv(args: argparse.Namespace) -> list[str]:

@@ -3,7 +3,8 @@
 MLflow 3's default server runs 4 workers plus job consumers (about 22 s and 2.5 GB to start);
 the UI of one user's searches needs one worker and no job execution (`--workers 1`,
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false). The server runs in its own process group, so a
-Ctrl-C here stops it (and everything it started) before tune-rl exits.
+Ctrl-C here stops it (and everything it started) before tune-rl exits. Beside its URL it prints a
+deep link to the newest search's trials (dashboard_link), which `--open` opens in a browser.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from tune_runner import mlflow_uri, paths
+from tune_runner import dashboard_link, mlflow_uri, paths
 from tune_runner.errors import UserError
 
 DEFAULT_PORT = 5000
@@ -70,8 +73,8 @@ class Server:
 
 
 def plan(*, uri: str, host: str, port: int | None, allowed_hosts: str | None = None,
-         cors_origins: str | None = None) -> Server:
-    """Check the flags and pick the port; start nothing."""
+         cors_origins: str | None = None, open_browser: bool = False) -> Server:
+    """Check the flags and pick the port; start nothing, write nothing."""
     if uri.startswith(("http://", "https://")):
         raise UserError(f"--mlflow-uri {mlflow_uri.redacted(uri)}: already a tracking server with its own UI; "
                         f"open it in a browser (the dashboard serves a store: sqlite:///... or postgresql://...)")
@@ -81,12 +84,24 @@ def plan(*, uri: str, host: str, port: int | None, allowed_hosts: str | None = N
     hosts = hosts or (_default_allowed_hosts(host, port) if not _loopback(host) else ())
     origins = origins or tuple(f"http://{h}" for h in hosts)
     mlflow_uri.check_uri(uri)
-    mlflow_uri.create_store_folder(uri)  # last, once every flag passed: the server opens the file, not its folder
+    if open_browser:
+        _check_browser()
     return Server(uri=uri, host=host, port=port, allowed_hosts=hosts, cors_origins=origins)
 
 
-def serve(server: Server, *, out: TextIO, verbose: bool = False) -> int:
-    """Start the server, print its URL once it answers, and stop it on Ctrl-C (KeyboardInterrupt)."""
+def serve(server: Server, *, out: TextIO, verbose: bool = False, open_browser: bool = False) -> int:
+    """Start the server, print its URL and the newest search's link once it answers (and open that in
+    a browser), and stop it on Ctrl-C (KeyboardInterrupt)."""
+    new_store = dashboard_link.store_is_new(server.uri)  # holds no search; asked before the server creates it
+    # With --open the lookup comes first, so that a store without a search is refused before anything
+    # starts. Else it overlaps the server's start on a SQLite file that exists (its tables do), not on a
+    # database whose tables the server may be creating as we would.
+    look_first = not new_store and (open_browser or not server.uri.lower().startswith("sqlite:"))
+    link = dashboard_link.newest_search(server.uri) if look_first else None
+    if open_browser and link is None:
+        raise UserError(f"--open: no search in {mlflow_uri.redacted(server.uri)} yet; run one first (tune-rl search "
+                        f"--space oracle), or leave --open out to browse the store")
+    mlflow_uri.create_store_folder(server.uri)  # the server opens the file, not its folder
     log_path = paths.home() / "logs" / f"dashboard-{server.port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"tune-rl dashboard: MLflow UI on {mlflow_uri.redacted(server.uri)}", file=out, flush=True)
@@ -96,18 +111,32 @@ def serve(server: Server, *, out: TextIO, verbose: bool = False) -> int:
                                 stdout=None if verbose else log, stderr=None if verbose else subprocess.STDOUT,
                                 preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
+            if not new_store and not look_first:
+                link = dashboard_link.newest_search(server.uri)  # while the server starts
             _wait_until_up(server, proc, log_path)
             print(f"  {server.url}  (up in {time.monotonic() - started:.1f}s; Ctrl-C stops it)", file=out)
-            if server.allowed_hosts:
-                print(f"  allowed hosts {','.join(server.allowed_hosts)}; CORS origins "
-                      f"{','.join(server.cors_origins)}", file=out)
-            if not verbose:
-                print(f"  server log {log_path}", file=out)
-            out.flush()
+            _announce(server, link, out=out, log_path=None if verbose else log_path)
+            if open_browser:  # a browser command may not return until it is closed: not in our way
+                threading.Thread(target=webbrowser.open, args=(f"{server.url}/{link.path}",), daemon=True).start()
             proc.wait()
             raise RuntimeError(f"the MLflow server exited with status {proc.returncode}: {_last_line(log_path)}")
         finally:
             stop(proc)
+
+
+def _announce(server: Server, link: dashboard_link.DeepLink | None, *, out: TextIO, log_path: Path | None) -> None:
+    """The lines under the URL: where the newest search is, who may connect, where the log goes."""
+    if link is not None:
+        print(f"  newest search {link.search}: {server.url}/{link.path}", file=out)
+    else:
+        print(f"  no search in this store yet; experiments: {server.url}/{dashboard_link.experiments_path()}",
+              file=out)
+    if server.allowed_hosts:
+        print(f"  allowed hosts {','.join(server.allowed_hosts)}; CORS origins "
+              f"{','.join(server.cors_origins)}", file=out)
+    if log_path is not None:
+        print(f"  server log {log_path}", file=out)
+    out.flush()
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -179,6 +208,15 @@ def _wait_until_up(server: Server, proc: subprocess.Popen, log_path: Path) -> No
 def _last_line(path: Path) -> str:
     lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
+
+
+def _check_browser() -> None:
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        raise UserError("--open: no web browser found on this machine (Python's webbrowser module finds none); "
+                        "set BROWSER to one, e.g. BROWSER=firefox, or leave --open out and open the printed "
+                        "link yourself") from None
 
 
 def _check_host(host: str) -> None:
