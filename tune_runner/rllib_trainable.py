@@ -87,8 +87,9 @@ class RLlibTrainable(tune.Trainable):
         # A checkpoint from before the window was saved: it restarts empty (NaN until an episode ends).
         window.set_state(json.loads(saved.read_text()) if saved.is_file() else {"returns": [], "lengths": [],
                                                                                   "episodes": 0})
-        self._last = {**window.metrics(),
-                      "env_steps": self.algo.metrics.peek("num_env_steps_sampled_lifetime", default=0)}
+        # RLlib keeps the lifetime count under env_runners/ (its result repeats it at the top level).
+        lifetime = self.algo.metrics.peek(("env_runners", "num_env_steps_sampled_lifetime"), default=0)
+        self._last = {**window.metrics(), "env_steps": lifetime}
 
     def _reapply_lr(self) -> None:
         """Restoring a checkpoint loads its optimizers' param groups, lr included; without an lr
