@@ -12,7 +12,8 @@ environment, as the shell function sets it).
     .venv/bin/python bench/cli_startup.py --experiment NAME --storage DIR   # also best/report NAME
 
 The budgets (issue 20): every --help 0.3 s, spaces/schedulers 0.5 s, completion 0.3 s, best
-1.5 s, report 4 s. A command whose exit status is not the expected one is shown as `exit N`.
+1.5 s, report 4 s; a search refused for its env_config (issue 14, exit 2, nothing written) 3 s.
+A command whose exit status is not the expected one is shown as `exit N`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-BUDGETS = {"help": 0.3, "list": 0.5, "complete": 0.3, "best": 1.5, "report": 4.0}
+BUDGETS = {"help": 0.3, "list": 0.5, "complete": 0.3, "best": 1.5, "report": 4.0, "refuse": 3.0}
+# A space refused by the env check before launch (issue 14): CartPole with an env_config it does not take.
+BAD_ENV_CONFIG = Path(__file__).resolve().parent.parent / "tests" / "bad_inputs" / "env_config_unknown_kwarg.yaml"
 
 
 @dataclass
@@ -90,6 +93,9 @@ def tune_rl_commands(tune_rl: str, *, tag: str, args: argparse.Namespace, tmp: P
             : 3 if "completion" in commands else 0]:  # a build without completion has nothing to time
         found.append(Command(f"complete '{line}'", [tune_rl], "complete",
                              env=completion(tune_rl, line, tmp / "completions")))
+    shown = BAD_ENV_CONFIG.relative_to(BAD_ENV_CONFIG.parents[2])
+    found.append(Command(f"search --space {shown}", [tune_rl, "search", "--space", str(BAD_ENV_CONFIG)], "refuse",
+                         expect=2, env={"TUNE_RL_HOME": str(tmp / "home")}))  # a refusal writes nothing; if not, there
     if args.experiment:
         storage = ["--storage", args.storage] if args.storage else []
         found.append(Command(f"best {args.experiment}", [tune_rl, "best", args.experiment, *storage], "best"))
@@ -114,7 +120,7 @@ def table(commands: list[Command]) -> list[str]:
     medians = {c.label: statistics.median(c.walls) for c in commands}
     base = medians["python -c pass"]
     peer_labels = [label for label in ("mlflow --help", "ray --help") if label in medians]
-    head = f"{'command':<58} {'median s':>8} {'cpu s':>6} {'x python':>8}" + "".join(
+    head = f"{'command':<64} {'median s':>8} {'cpu s':>6} {'x python':>8}" + "".join(
         f" {'x ' + label.split()[0]:>8}" for label in peer_labels) + "  budget"
     lines = [head, "-" * len(head)]
     for c in commands:
@@ -123,7 +129,7 @@ def table(commands: list[Command]) -> list[str]:
         budget = BUDGETS.get(c.kind)
         verdict = "" if budget is None else f"  {budget:.1f} {'ok' if wall <= budget else 'OVER'}"
         shown = f"exit {c.status}" if c.status is not None else f"{wall:.3f}"
-        lines.append(f"{c.label:<58} {shown:>8} {statistics.median(c.cpus):>6.2f} {wall / base:>8.1f}{ratios}"
+        lines.append(f"{c.label:<64} {shown:>8} {statistics.median(c.cpus):>6.2f} {wall / base:>8.1f}{ratios}"
                      f"{verdict}")
     return lines
 

@@ -279,8 +279,19 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
 
 def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
     from tune_runner import paths
-    from tune_runner.runner import RunOptions
 
+    address = _check_run_flags(args)
+    from tune_runner.runner import RunOptions  # Ray Tune and MLflow: after every check of the flags
+
+    return RunOptions(storage=args.storage or paths.default_storage(),
+                      mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
+                      verbose=args.verbose, num_cpus=args.num_cpus, num_gpus=getattr(args, "num_gpus", None),
+                      cpus_per_trial=getattr(args, "cpus_per_trial", None),
+                      gpus_per_trial=getattr(args, "gpus_per_trial", None), address=address, **extra)
+
+
+def _check_run_flags(args: argparse.Namespace) -> str | None:
+    """The flags of a run that need no Ray checked (--gpu applied); the --address given, if any."""
     address = getattr(args, "address", None)
     if address is not None:
         if not address.strip():
@@ -300,11 +311,7 @@ def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
         import os
 
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)  # before Ray starts: it offers only these
-    return RunOptions(storage=args.storage or paths.default_storage(),
-                      mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
-                      verbose=args.verbose, num_cpus=args.num_cpus, num_gpus=getattr(args, "num_gpus", None),
-                      cpus_per_trial=getattr(args, "cpus_per_trial", None),
-                      gpus_per_trial=getattr(args, "gpus_per_trial", None), address=address, **extra)
+    return address
 
 
 def _positive(flag: str, value: int | None) -> None:
@@ -390,11 +397,17 @@ def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner import runner
-
     if args.resume:
         return cmd_resume(_resume_args(args), out)
     spec = _search_spec(args)
+    _check_run_flags(args)
+    from tune_runner import preflight
+
+    # A bad env or env_config is refused here, before Ray Tune and torch load (runner imports them): seconds sooner.
+    preflight.check_before_ray(preflight.with_trial_resources(spec, cpus=args.cpus_per_trial,
+                                                              gpus=args.gpus_per_trial))
+    from tune_runner import runner
+
     extra: dict[str, Any] = {}
     if args.max_failures is not None:
         extra["max_failures"] = args.max_failures

@@ -53,10 +53,11 @@ def env_spaces(env_id: str, env_config: Mapping[str, Any] | None = None) -> Spac
     built once per process, again only if the env was registered anew."""
     import gymnasium as gym
 
-    from tune_runner.algos.common import ensure_gym_id
+    if env_id not in gym.registry:  # registered with Ray Tune only: made a gymnasium id (needs Ray and torch)
+        from tune_runner.algos.common import ensure_gym_id
 
-    if not ensure_gym_id(env_id):  # gymnasium or Ray Tune registers it (preflight.check_env said so)
-        return None
+        if not ensure_gym_id(env_id):  # gymnasium or Ray Tune registers it (preflight.check_env said so)
+            return None
     key = (env_id, json.dumps(dict(env_config or {}), sort_keys=True, default=repr))
     registered = gym.spec(env_id)
     if key not in _BUILT or _BUILT[key][0] is not registered:

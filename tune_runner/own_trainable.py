@@ -10,19 +10,18 @@ Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ray import tune
 
+from tune_runner.algos.config import ALIASES
 from tune_runner.env_check import PREFIX, env_config_of
 
 # Keys of a trial config that are ours, not the learner's.
 TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
               "gpus_per_trial", "env_task_fn")
-ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}
 CHECKPOINT_FILE = "learner.pkl"
 
 
@@ -39,17 +38,6 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
 
     flat = {ALIASES.get(k, k): v for k, v in config.items() if k not in TRIAL_KEYS and not k.startswith(PREFIX)}
     return nest(flat)
-
-
-def setting_names(name: str) -> list[str]:
-    """Every top-level key a space file may set for agent `name`."""
-    from tune_runner import agents
-
-    extras = ["cpus_per_trial", "gpus_per_trial", "env_task_fn"]
-    if not agents.is_ours(name):
-        return agents.config_class(name).names() + extras
-    return [f.name for f in dataclasses.fields(agents.config_class(name))] + list(ALIASES) + \
-        ["num_env_runners", *extras]
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:

@@ -1,12 +1,15 @@
 """Everything checked before a search starts: names, settings, combinations, resources, storage.
 
-`prepare` builds the Tune objects from a spec without starting anything; `check_resources`
-needs the Ray cluster (it runs after `ensure_ray`, before a trial is launched).
+`check_before_ray` runs the first of `prepare`'s checks, the env's included, before Ray, torch
+or MLflow is imported: a bad env_config is refused in about a second, not five. `prepare` builds
+the Tune objects from a spec without starting anything; `check_resources` needs the Ray cluster
+(it runs after `ensure_ray`, before a trial is launched).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,13 +53,21 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     """Import the spec's plugin files and the `envs/` folder of the working directory; the spec then
     lists every user file that registered something, so each trial imports the same ones. Their
     envs go to Ray Tune's registry here, where RLlib looks them up."""
-    from tune_runner.plugins import load_plugins, ship_to_ray
+    from tune_runner.plugins import ship_to_ray
+
+    spec = _load_plugins(spec)
+    ship_to_ray()
+    return spec
+
+
+def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """`with_plugins` without Ray: the files imported (each once per process), their envs not yet sent."""
+    from tune_runner.plugins import load_plugins
 
     try:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
         raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
-    ship_to_ray()
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
@@ -66,14 +77,8 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
 
     spec = with_plugins(spec)
     where = spec.source
-    try:
-        trainable = trainables.resolve(spec.trainable)
-    except UserError as exc:
-        raise UserError(f"{where}: trainable: {exc}") from None
-    keys = list(spec.fixed) + list(spec.searched)
-    for key, problem in trainables.check_settings(trainable, keys):
-        section = "space" if key in spec.searched else "fixed"
-        raise UserError(f"{where}: {section}.{key}: {problem}")
+    trainable = _resolve(spec, trainables.resolve)
+    _check_settings(spec, trainable)
     spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
     env_check.check_env(spec, trainable)
@@ -93,6 +98,76 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
                                         metric=spec.metric, mode=spec.mode)
     return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
                     population=scheduler_type.population)
+
+
+def check_before_ray(spec: ExperimentSpec) -> None:
+    """`prepare`'s checks up to the env's and the metric's, in its order, before Ray, torch or MLflow is
+    imported; UserError with prepare's own text. prepare runs them again (an env is built once).
+
+    It stops, leaving the rest to prepare, at the first thing only Ray can judge: an RLlib algorithm
+    outside our table (trainables.RLLIB_ACTIONS), an env that only Ray Tune's registry may know.
+    RLlib's settings are checked after (its AlgorithmConfig loads Ray and torch), so a space with an
+    unknown RLlib setting and a bad env_config is refused for the env_config.
+    """
+    from tune_runner import env_check, trainables
+
+    if _needs_plugin_files(spec):
+        spec = _load_plugins(spec)
+    trainable = _resolve(spec, _resolve_without_ray)
+    if trainable is None:
+        return
+    if trainables.is_own(trainable) or trainable in trainables.ORACLES:
+        _check_settings(spec, trainable)
+    spec = _absolute_task_fn(spec)
+    import gymnasium
+
+    if spec.env not in gymnasium.envs.registry:
+        return  # Ray Tune's registry may hold it (check_env, in prepare)
+    env_check.check_env(spec, trainable)
+    check_metric(spec, trainable)
+
+
+def _needs_plugin_files(spec: ExperimentSpec) -> bool:
+    """Whether prepare would load a file that matters here: a user's (its agents, its envs), or our shipped
+    envs for an env that gymnasium does not know yet. Loading them imports Ray: envs/custom_env.py does."""
+    import gymnasium
+
+    from tune_runner.paths import shipped
+
+    local = Path.cwd() / "envs"
+    users = bool(spec.plugins) or local.is_dir() and local.resolve() != shipped("envs").resolve()
+    return users or spec.env not in gymnasium.envs.registry
+
+
+def _resolve_without_ray(trainable: str) -> str | None:
+    """`trainables.resolve` where RLlib's registry is not needed; None where it is."""
+    from tune_runner import trainables
+
+    algo = trainable.removeprefix(trainables.RLLIB_PREFIX)
+    if trainable.startswith(trainables.RLLIB_PREFIX) and algo in trainables.RLLIB_ACTIONS:
+        return trainable  # one of RLlib's algorithms: our table of their action kinds names it
+    if trainables.is_own(trainable) or trainable in trainables.ORACLES or \
+            trainable.lower() in trainables.OWN + trainables.ORACLES:
+        return trainables.resolve(trainable)
+    return None
+
+
+def _resolve(spec: ExperimentSpec, resolve: Callable[[str], str | None]) -> str | None:
+    """The spec's trainable, checked by `resolve`; a bad name named with its file and key."""
+    try:
+        return resolve(spec.trainable)
+    except UserError as exc:
+        raise UserError(f"{spec.source}: trainable: {exc}") from None
+
+
+def _check_settings(spec: ExperimentSpec, trainable: str) -> None:
+    """Every fixed and searched key must be a setting of the trainable."""
+    from tune_runner import trainables
+
+    keys = list(spec.fixed) + list(spec.searched)
+    for key, problem in trainables.check_settings(trainable, keys):
+        section = "space" if key in spec.searched else "fixed"
+        raise UserError(f"{spec.source}: {section}.{key}: {problem}")
 
 
 def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:

@@ -8,23 +8,26 @@ Both report our metric names (tune_runner.metrics). The RLlib wrapper (not RLlib
 Tune integration) is what keeps results small: never RLlib's several-hundred-key result.
 The functions at the bottom (`check_settings`, `check_config`, `trainable_class`) take any
 trainable name and dispatch to the backend.
+
+Importing this module loads neither Ray nor torch: the checks that refuse a search before Ray
+starts read it (`trains`, `reported`, our agents' settings). The RLlib trainable, a Ray Tune
+class, lives in tune_runner.rllib_trainable.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-from ray import tune
+from typing import TYPE_CHECKING, Any
 
 from tune_runner import metrics
 from tune_runner.curriculum import TASK_FN
 from tune_runner.env_check import PREFIX as ENV_CONFIG_PREFIX
 from tune_runner.env_check import env_config_of
 from tune_runner.errors import UserError, closest, unknown_name
+
+if TYPE_CHECKING:
+    from ray import tune
 
 RLLIB_PREFIX = "rllib/"
 OWN = ("ppo", "dqn")
@@ -122,8 +125,6 @@ def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]
     if trainable in ORACLES:
         return []  # any hyperparameter; check_config asks for its optimum
     if is_own(trainable):
-        from tune_runner.own_trainable import setting_names
-
         valid = setting_names(trainable)
         problems = []
         for key in keys:
@@ -134,6 +135,20 @@ def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]
                 problems.append((key, f"not a setting of {trainable}; {hint}"))
         return problems
     return _check_rllib_settings(algorithm_name(trainable), keys)
+
+
+def setting_names(agent: str) -> list[str]:
+    """Every top-level key a space file may set for agent `agent` (ours: its config dataclass, no torch)."""
+    import dataclasses
+
+    from tune_runner import agents
+    from tune_runner.algos.config import ALIASES
+
+    extras = ["cpus_per_trial", "gpus_per_trial", "env_task_fn"]
+    if agent not in OWN and not agents.is_ours(agent):  # ours are known without importing their (torch) class
+        return agents.config_class(agent).names() + extras
+    return [f.name for f in dataclasses.fields(agents.config_class(agent))] + list(ALIASES) + \
+        ["num_env_runners", *extras]
 
 
 def check_config(trainable: str, config: dict[str, Any]) -> str | None:
@@ -163,6 +178,8 @@ def trainable_class(trainable: str) -> type[tune.Trainable]:
         from tune_runner.own_trainable import own_trainable_class
 
         return own_trainable_class(trainable)
+    from tune_runner.rllib_trainable import RLlibTrainable
+
     algo = algorithm_name(trainable)
     return type(algo, (RLlibTrainable,), {"algo_name": algo, "__module__": __name__})
 
@@ -246,6 +263,10 @@ def trains(trainable: str) -> Trains | None:
     An agent declares it with `action_spaces` / `observation_spaces` (tune_runner.agents)."""
     if trainable in ORACLES:
         return None
+    if trainable in OWN:  # declared beside their settings: no torch (their classes declare the same)
+        from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
+
+        return Trains(ACTION_SPACES, OBSERVATION_SPACES)
     if is_own(trainable):
         from tune_runner.plugins import AGENTS
 
@@ -270,6 +291,8 @@ def can_checkpoint(trainable: str) -> bool:
         from tune_runner import agents
 
         return agents.checkpoints(trainable)
+    from ray import tune
+
     cls = trainable_class(trainable)
     return isinstance(cls, type) and issubclass(cls, tune.Trainable) and \
         cls.save_checkpoint is not tune.Trainable.save_checkpoint
@@ -320,101 +343,10 @@ def _check_rllib_config(algo: str, config: dict[str, Any]) -> str | None:
     return None
 
 
-class RLlibTrainable(tune.Trainable):
-    """One RLlib Algorithm per trial, reporting tune-rl's metric names."""
+def __getattr__(name: str) -> Any:
+    """`RLlibTrainable`, still importable from here (and unpickled by this name), loaded with Ray on first use."""
+    if name == "RLlibTrainable":
+        from tune_runner.rllib_trainable import RLlibTrainable
 
-    algo_name = "PPO"
-
-    def setup(self, config: dict[str, Any]) -> None:
-        from tune_runner.own_trainable import load_trial_plugins
-
-        load_trial_plugins(config)  # a user's env registers itself with Tune (RLlib finds it there)
-        self.algo = rllib_config(self.algo_name, config).build_algo()
-        self._last: dict[str, float] = {}
-
-    def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite, node_id
-
-        result = metrics.from_rllib(self.algo.train(), previous=self._last)
-        check_finite(result)
-        self._last = result
-        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id()}
-
-    def applied(self) -> dict[str, float]:
-        """The audited hyperparameters as the (first) learner uses them: its optimizer's lr, its config."""
-        from tune_runner.audit import AUDITED
-
-        keys = [k for k in AUDITED if k in self.config]
-
-        def read(learner: Any) -> dict[str, float]:
-            out = {}
-            for key in keys:
-                if key == "lr":
-                    optimizers = list(learner._named_optimizers.values())
-                    if optimizers:
-                        out[key] = float(learner._get_optimizer_lr(optimizers[0]))
-                else:
-                    value = getattr(learner.config, learner.config._translate_special_keys(key, warn_deprecated=False),
-                                    None)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        out[key] = value
-            return out
-
-        for item in self.algo.learner_group.foreach_learner(read):  # call results (local) or values (remote)
-            return item if isinstance(item, dict) else item.get()
-        return {}
-
-    def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """Reuse this actor for the next trial (saves a process start and RLlib's imports)."""
-        self.algo.stop()
-        self.setup(new_config)
-        self.config = new_config
-        return True
-
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
-        from tune_runner import rllib_episodes
-
-        self.algo.save_to_path(checkpoint_dir)
-        # Our episode window is no part of RLlib's state: it goes beside it, so PBT's exploit and a
-        # resume continue the same last-N mean (and lifetime episode count) as the trial they copy.
-        state = rllib_episodes.window_of(self.algo).get_state()
-        (Path(checkpoint_dir) / EPISODE_WINDOW_FILE).write_text(json.dumps(state))
-
-    def load_checkpoint(self, checkpoint: str) -> None:
-        from tune_runner import rllib_episodes
-
-        self.algo.restore_from_path(checkpoint)
-        self._reapply_lr()
-        window = rllib_episodes.window_of(self.algo)
-        rllib_episodes.collect_all(self.algo)  # episodes this trial's runners finished before the restore
-        saved = Path(checkpoint) / EPISODE_WINDOW_FILE
-        # A checkpoint from before the window was saved: it restarts empty (NaN until an episode ends).
-        window.set_state(json.loads(saved.read_text()) if saved.is_file() else {"returns": [], "lengths": [],
-                                                                                  "episodes": 0})
-        # RLlib keeps the lifetime count under env_runners/ (its result repeats it at the top level).
-        lifetime = self.algo.metrics.peek(("env_runners", "num_env_steps_sampled_lifetime"), default=0)
-        self._last = {**window.metrics(), "env_steps": lifetime}
-
-    def _reapply_lr(self) -> None:
-        """Restoring a checkpoint loads its optimizers' param groups, lr included; without an lr
-        schedule RLlib never sets it again, so a PBT-perturbed lr would silently be the donor's."""
-        lr = self.config.get("lr")
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool):
-            return  # a schedule: RLlib's own scheduler sets it after every update
-
-        def reset(learner: Any) -> None:
-            for optimizer in learner._named_optimizers.values():
-                learner._set_optimizer_lr(optimizer, lr=float(lr))
-
-        self.algo.learner_group.foreach_learner(reset)
-
-    def cleanup(self) -> None:
-        self.algo.stop()
-
-    @classmethod
-    def default_resource_request(cls, config: dict[str, Any]) -> Any:
-        """RLlib's own request for this config (driver + env runners + learners)."""
-        from ray.rllib.algorithms.registry import _get_algorithm_class
-
-        return _get_algorithm_class(cls.algo_name).default_resource_request(
-            rllib_config(cls.algo_name, config))
+        return RLlibTrainable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

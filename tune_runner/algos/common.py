@@ -22,13 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tune_runner.env_check import MASKED
 from tune_runner.errors import unknown_name
 
-# What VecEnv below (so each of our learners) takes, as gymnasium space class names: the pre-launch
-# check reads them from the agent class and refuses another env before Ray starts (tune_runner.env_check).
-ACTION_SPACES = ("Discrete",)
-OBSERVATION_SPACES = ("Box", MASKED)
 VECTORIZE_MODES = ("sync", "async", "vector_entry_point")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tune_runner.algos.common import ACTION_SPACES, OBSERVATION_SPACES, EpisodeStats, FlatAdam, scheduled
+from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
+from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
 
 
 class Learner(Protocol):
