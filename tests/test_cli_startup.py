@@ -116,3 +116,35 @@ def test_agent_and_model_options_are_both_listed(tmp_path):
     assert "options of agent dqn" in ran["out"] and "--double_q" in ran["out"], ran["err"]
     assert "options of model wide (model_config)" in ran["out"] and "--width" in ran["out"]
     assert "ray" not in ran["heavy"]  # torch yes: the model's file imports it
+
+
+def test_best_on_a_finished_experiment_imports_no_ray_torch_or_pandas(tmp_path):
+    """`best` reads Tune's files itself (tune_runner.results). The experiment is a copy of a finished
+    search's folder written by hand: Tune's experiment state and one result.json per trial."""
+    import json
+
+    exp = tmp_path / "results" / "done"
+    trials = []
+    for i, returns in enumerate(([10.0, 30.0, 20.0], [5.0, 25.0, 40.0])):
+        trial_id = f"abc_0000{i}"
+        folder = exp / f"trial_{i}"
+        folder.mkdir(parents=True)
+        rows = [{"episode_return_mean": r, "env_steps": 1000 * (k + 1), "training_iteration": k + 1}
+                for k, r in enumerate(returns)]
+        (folder / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        summary = {"max": max(returns), "min": min(returns), "avg": sum(returns) / 3, "last": returns[-1],
+                   "last-5-avg": sum(returns) / 3, "last-10-avg": sum(returns) / 3}
+        trials.append([json.dumps({"trial_id": trial_id, "status": "TERMINATED", "relative_logdir": folder.name,
+                                   "config": {"lr": 0.1 * (i + 1), "env": "CartPole-v1"}}),
+                       json.dumps({"last_result": rows[-1], "metric_analysis": {"episode_return_mean": summary}})])
+    (exp / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": trials}))
+    import yaml
+
+    from tune_runner.resume import SPEC_FILE
+    from tune_runner.spec import load_spec
+
+    (exp / SPEC_FILE).write_text(yaml.safe_dump(load_spec("oracle").as_dict(), sort_keys=False))  # as search saves it
+    env = {"TUNE_RL_HOME": str(tmp_path)}
+    ran = run_entry_point(["best", "done", "--scope", "max"], tmp_path, env=env)
+    assert ran["status"] in (0, None) and "abc_00001" in ran["out"] and "40" in ran["out"], ran["err"]
+    assert ran["heavy"] == [], f"tune-rl best imported {ran['heavy']}"

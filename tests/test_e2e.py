@@ -180,3 +180,81 @@ def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
     assert result.status == 0, result.err
     last = _progress(_isolated_home, "own-dqn-actors")[-1]
     assert last["env_steps"] >= 3000 and np.isfinite(last["qf_loss"]) and last["epsilon"] < 1.0
+
+
+# ---- best: the Ray-free reader against Ray Tune's ExperimentAnalysis ---------------------------------------
+
+
+def _oracle_best(ea, *, metric: str, mode: str, scope: str):
+    """(trial, value) by Ray Tune alone: get_best_trial where it has the scope, else pandas over the progress
+    frames; the value from the frame (last finite value, best of all, mean of the last N finite)."""
+    import pandas as pd
+
+    def finite(trial):
+        frame = ea.trial_dataframes[trial.trial_id]
+        column = pd.to_numeric(frame[metric], errors="coerce") if metric in frame else pd.Series(dtype=float)
+        return column[np.isfinite(column)]
+
+    window = None if scope in ("last", "max") else int(scope.removeprefix("avg-last-"))
+    if window in (None, 5, 10):
+        chosen = ea.get_best_trial(metric, mode, {"last": "last", "max": "all"}.get(scope, f"last-{window}-avg"))
+    else:
+        means = {t.trial_id: finite(t).tail(window).mean() for t in ea.trials if len(finite(t))}
+        pick = max if mode == "max" else min
+        chosen = next(t for t in ea.trials if t.trial_id == pick(means, key=means.get))
+    values = finite(chosen)
+    if scope == "last":
+        return chosen, float(values.iloc[-1])
+    if scope == "max":
+        return chosen, float(values.max() if mode == "max" else values.min())
+    return chosen, float(values.tail(window).mean())
+
+
+def test_best_reads_tune_files_as_experiment_analysis_does(ray_session, cli, _isolated_home, tmp_path):
+    """`best` reads Tune's files itself (no Ray); ExperimentAnalysis is the oracle: the same trial, value,
+    config, folder and last result under every scope, for both modes and another metric, with and without
+    stop_at; the same statuses. Noisy returns and ASHA's cut trials make the scopes disagree."""
+    from ray.tune import ExperimentAnalysis
+
+    from tune_runner import analysis
+    from tune_runner.spec import load_spec, shipped_spaces
+
+    raw = yaml.safe_load(shipped_spaces()["oracle"].read_text())
+    raw.update(num_samples=8, budget={"env_steps": 14000}, stop_at=540,  # a rare noisy high solves
+               scheduler={"name": "asha", "grace_period": 4000, "reduction_factor": 2})
+    raw["fixed"].update(noise=25.0, rate=0.9)  # every config at its peak at once, near the optimum: noise decides
+    raw["space"] = {"lr": {"loguniform": [8.0e-4, 1.2e-3]}, "x": {"uniform": [0.65, 0.75]}}
+    space = tmp_path / "noisy.yaml"
+    space.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = cli("search", "--space", str(space), "--name", "noisy", "--no-reevaluate")
+    assert result.status == 0, result.err
+    exp_path = _isolated_home / "results" / "noisy"
+    ea, ours = ExperimentAnalysis(str(exp_path)), analysis.read(exp_path)
+    assert type(ours).__module__ == "tune_runner.results"  # not a fallback to Ray
+    lengths = {len(ea.trial_dataframes[t.trial_id]) for t in ea.trials}
+    assert min(lengths) < 10 <= max(lengths), lengths  # some trials cut before the avg-last-10 window fills
+
+    picks, by_scope = set(), {}
+    for metric, mode in (("episode_return_mean", "max"), ("episode_return_mean", "min"), ("peak", "min")):
+        for scope in ("last", "max", "avg-last-3", "avg-last-5", "avg-last-10", "avg-last-12"):
+            best = analysis.best_trial(ours, metric=metric, mode=mode, scope=scope)
+            chosen, value = _oracle_best(ea, metric=metric, mode=mode, scope=scope)
+            where = f"{metric} {mode} {scope}"
+            assert best.trial_id == chosen.trial_id, where
+            assert best.value == pytest.approx(value, rel=1e-12), where
+            assert best.config == chosen.config and best.trial_path == str(chosen.path), where
+            assert best.last_result == chosen.last_result, where
+            picks.add(best.trial_id)
+            by_scope[metric, mode, scope] = chosen.trial_id
+    assert len(picks) >= 3  # the scopes and modes do pick different trials here, and so do Ray's own scopes:
+    assert any(len({by_scope[metric, mode, s] for s in ("last", "max", "avg-last-5", "avg-last-10")}) >= 2
+               for metric, mode, _ in by_scope)
+
+    spec = load_spec(str(space))
+    by_ray = analysis.best_trial(ea, metric=spec.metric, mode=spec.mode, scope="last", reached=spec.reached)
+    fast = analysis.best_trial(ours, metric=spec.metric, mode=spec.mode, scope="last", reached=spec.reached)
+    assert fast == by_ray
+    assert analysis.statuses(ours, ending=spec.ending) == analysis.statuses(ea, ending=spec.ending)
+    shown = cli("best", "noisy", "--scope", "avg-last-3", "--json")
+    assert shown.status == 0 and json.loads(shown.out)["lr"] == _oracle_best(
+        ea, metric=spec.metric, mode=spec.mode, scope="avg-last-3")[0].config["lr"]

@@ -1,4 +1,10 @@
-"""Pick the best trial of a finished (or running) experiment with Ray Tune's ExperimentAnalysis."""
+"""Pick the best trial of a finished (or running) experiment, by Ray Tune's rule.
+
+`read` gives the trials from Tune's own files without importing Ray (tune_runner.results), for the
+commands that only read (`best`, `report`); `load` gives Ray Tune's ExperimentAnalysis, which the
+search itself uses. Both answer what `best_trial` asks: `.trials`, `.get_best_trial` and each trial's
+history; tests/test_e2e.py checks that they pick the same trial.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,20 @@ class Best:
     scope: str
     last_result: dict
     trial_path: str
+
+
+def fmt_value(value: Any) -> str:
+    """Numbers short and readable: 1.2e-03, 0.99, 256."""
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
+            return f"{value:.2e}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_config(config: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`k=v` for the searched keys only."""
+    return " ".join(f"{k}={fmt_value(config[k])}" for k in keys if k in config)
 
 
 def last_checkpoint(trial_path: str | Path) -> Path | None:
@@ -74,16 +94,48 @@ def load(path: Path) -> Any:
     """ExperimentAnalysis over an experiment folder (no Ray session needed)."""
     from ray.tune import ExperimentAnalysis
 
-    if not any(path.glob("experiment_state-*.json")):
-        raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
+    _check_folder(path)
     return ExperimentAnalysis(str(path))
 
 
+def read(path: Path) -> Any:
+    """The experiment's trials read from Tune's files without Ray (tune_runner.results); ExperimentAnalysis
+    when the state holds a value only Ray can decode."""
+    from tune_runner import results
+
+    _check_folder(path)
+    try:
+        return results.read(path)
+    except results.Unreadable:
+        return load(path)
+
+
+def _check_folder(path: Path) -> None:
+    if not any(path.glob("experiment_state-*.json")):
+        raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
+
+
+def history(analysis: Any, trial_id: str, metric: str) -> list[Any]:
+    """A trial's reported values of `metric`, in order: from tune_runner.results, or from an
+    ExperimentAnalysis's progress dataframe."""
+    if hasattr(analysis, "history"):
+        return analysis.history(trial_id, metric)
+    frame = analysis.trial_dataframes.get(trial_id)
+    if frame is None or metric not in getattr(frame, "columns", ()):
+        return []
+    return frame[metric].tolist()
+
+
 def score(history: Any, *, metric: str, mode: str, scope: str) -> float:
-    """A trial's score from its progress dataframe: last, best (`max`) or mean of the last N."""
-    if history is None or metric not in getattr(history, "columns", ()):
+    """A trial's score from its reported values of `metric` (or its progress dataframe): last, best
+    (`max`) or mean of the last N."""
+    if history is None:
         return math.nan
-    values = [float(v) for v in history[metric].tolist() if v is not None and math.isfinite(float(v))]
+    if hasattr(history, "columns"):  # a dataframe
+        if metric not in history.columns:
+            return math.nan
+        history = history[metric].tolist()
+    values = [float(v) for v in history if v is not None and _number(v) and math.isfinite(float(v))]
     if not values:
         return math.nan
     window = parse_scope(scope)
@@ -113,6 +165,14 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last",
                reached: Callable[[dict], bool] | None = None) -> Best:
     """The best trial under `scope`; Ray's own selection where it has that scope. Under `last`, given
@@ -120,13 +180,12 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last",
     those the one that got there with the fewest env steps wins (scope `solved soonest ...`)."""
     window = parse_scope(scope)
     ray_scope = {"last": "last", "max": "all"}.get(scope) or (f"last-{window}-avg" if window in (5, 10) else None)
-    frames = analysis.trial_dataframes
     trials = [t for t in analysis.trials if metric in (t.last_result or {})]
     if not trials:
         reported = sorted({k for t in analysis.trials for k in (t.last_result or {})})
         raise UserError(f"--metric {metric}: no trial reported it; "
                         f"{unknown_name('metric', metric, reported) if reported else 'no results yet'}")
-    scores = {t.trial_id: score(frames.get(t.trial_id), metric=metric, mode=mode, scope=scope) for t in trials}
+    scores = _Scores(analysis, metric=metric, mode=mode, scope=scope)
     solved = [t for t in trials if reached(t.last_result or {})] if reached is not None and scope == "last" else []
     if solved:
         chosen = ranked(solved, metric=metric, mode=mode, reached=reached)[0]
@@ -142,6 +201,19 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last",
     return Best(trial_id=chosen.trial_id, config=dict(chosen.config), value=scores[chosen.trial_id],
                 metric=metric, mode=mode, scope=scope, last_result=dict(chosen.last_result or {}),
                 trial_path=str(chosen.path))
+
+
+class _Scores(dict):
+    """trial id -> score under the scope, each computed when first asked for (a history is a file to read)."""
+
+    def __init__(self, analysis: Any, *, metric: str, mode: str, scope: str) -> None:
+        super().__init__()
+        self.analysis, self.metric, self.mode, self.scope = analysis, metric, mode, scope
+
+    def __missing__(self, trial_id: str) -> float:
+        self[trial_id] = score(history(self.analysis, trial_id, self.metric), metric=self.metric, mode=self.mode,
+                               scope=self.scope)
+        return self[trial_id]
 
 
 def trial_best(analysis: Any, trial_id: str, *, metric: str, mode: str, value: float, scope: str) -> Best:

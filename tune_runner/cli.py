@@ -454,7 +454,7 @@ def cmd_schedulers(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import analysis, export
-    from tune_runner.progress import fmt_config, fmt_value
+    from tune_runner.analysis import fmt_config, fmt_value
 
     analysis.parse_scope(args.scope)
     for flag in ("reevaluate", "seeds", "num_cpus"):  # the flags first: they need no experiment to be wrong
@@ -462,7 +462,7 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     path = analysis.experiment_path(args.experiment, storage=args.storage)
     spec = _saved_spec(path)
     metric, mode = args.metric or spec.metric, args.mode or spec.mode
-    loaded = analysis.load(path)
+    loaded = analysis.read(path)  # Tune's files, without importing Ray
     judged = spec
     if (metric, mode) != (spec.metric, spec.mode):  # stop_at is a value of the space's own metric
         from dataclasses import replace

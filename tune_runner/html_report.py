@@ -150,7 +150,7 @@ def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> 
     """Render the report into `exp_path/report/`; the index.html path."""
     from tune_runner import analysis as tune_analysis
 
-    loaded = tune_analysis.load(exp_path)
+    loaded = tune_analysis.read(exp_path)  # Tune's files, without importing Ray
     folder = exp_path / FOLDER
     folder.mkdir(exist_ok=True)
     title = title or exp_path.name
@@ -238,13 +238,13 @@ def _search(row: dict) -> str:
 def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path, *, search_id: str | None = None) \
         -> str | None:
     """Log the report folder to the search's MLflow parent run (found by its search id or experiment path)."""
-    from tune_runner import tracking
+    from tune_runner import mlflow_uri  # not tune_runner.tracking: that imports Ray Tune
 
-    mlflow = tracking.client(uri)
+    mlflow = mlflow_uri.client(uri)
     found = mlflow.get_experiment_by_name(experiment)
     if found is None:
         return None
-    run_id = tracking.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
+    run_id = mlflow_uri.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
     if run_id is None:
         return None
     mlflow.log_artifacts(run_id, str(folder), artifact_path="report")

@@ -233,3 +233,33 @@ def artifact_location(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").resolve().as_uri()
     return None
+
+
+def client(uri: str) -> Any:
+    """An MlflowClient for `uri` (imported lazily: mlflow is slow to import)."""
+    from mlflow.tracking import MlflowClient
+
+    create_store_folder(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def find_parent(mlflow: Any, experiment_id: str, *, search_id: str | None, exp_path: Path) -> str | None:
+    """The parent run of a search, for a resume: found by the search id saved with it (tune_rl_run.yaml),
+    or, for a search saved before ids, by its experiment-path tag."""
+    key, value = ("tune_rl.search_id", search_id) if search_id else ("tune_rl.experiment_path", str(exp_path))
+    runs = mlflow.search_runs([experiment_id], filter_string=tag_filter(key, value), max_results=1000)
+    parents = [r for r in runs if r.data.tags.get(key) == value and "mlflow.parentRunId" not in r.data.tags]
+    return parents[0].info.run_id if parents else None
+
+
+def tag_filter(key: str, value: str) -> str:
+    """An MLflow filter for runs whose tag `key` is `value` (or, for some values, a few more: compare the
+    tag exactly). MLflow's filter grammar has no escapes inside a string constant, so `value` is quoted
+    with a quote it does not contain; one holding both quotes, or a backslash (which the SQL tokenizer
+    reads as an escape), becomes a LIKE pattern with `_` (any one character) in their place."""
+    if "\\" not in value:
+        for quote in ("'", '"'):
+            if quote not in value:
+                return f"tags.`{key}` = {quote}{value}{quote}"
+    pattern = "".join("_" if c in "'\"\\" else c for c in value)
+    return f"tags.`{key}` LIKE '{pattern}'"

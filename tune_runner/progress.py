@@ -14,21 +14,8 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from tune_runner.analysis import fmt_config, fmt_value  # noqa: F401 - kept importable from here
 from tune_runner.tracking import last_error_line
-
-
-def fmt_value(value: Any) -> str:
-    """Numbers short and readable: 1.2e-03, 0.99, 256."""
-    if isinstance(value, float):
-        if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
-            return f"{value:.2e}"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def fmt_config(config: dict[str, Any], keys: tuple[str, ...]) -> str:
-    """`k=v` for the searched keys only."""
-    return " ".join(f"{k}={fmt_value(config[k])}" for k in keys if k in config)
 
 
 class LiveView(Callback):

@@ -1,5 +1,9 @@
 """What a finished search shows on its MLflow parent run, built from the experiment folder:
-a learning-curve plot of every trial and the trials table (CSV)."""
+a learning-curve plot of every trial and the trials table (CSV).
+
+`analysis` is Ray Tune's ExperimentAnalysis (after a search) or tune_runner.results' reader (`tune-rl
+report`, no Ray): both give `.trials`, and each trial's history as a dataframe or as rows.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +30,21 @@ def curve(frame: Any, metric: str) -> tuple[list[float], list[float]]:
     """(env steps, metric) of a trial's progress, finite values only, in env-step order."""
     if frame is None or metric not in getattr(frame, "columns", ()) or "env_steps" not in frame.columns:
         return [], []
-    points = sorted((float(x), float(y)) for x, y in zip(frame["env_steps"], frame[metric], strict=True)
-                    if _finite(x) and _finite(y))
+    return _points(zip(frame["env_steps"], frame[metric], strict=True))
+
+
+def trial_curve(analysis: Any, trial_id: str, metric: str) -> tuple[list[float], list[float]]:
+    """`curve` of one trial of either reader."""
+    if hasattr(analysis, "rows"):  # tune_runner.results: the results as dicts
+        rows = analysis.rows(trial_id)
+        if not any(metric in row for row in rows) or not any("env_steps" in row for row in rows):
+            return [], []
+        return _points((row.get("env_steps"), row.get(metric)) for row in rows)
+    return curve(analysis.trial_dataframes.get(trial_id), metric)
+
+
+def _points(pairs: Any) -> tuple[list[float], list[float]]:
+    points = sorted((float(x), float(y)) for x, y in pairs if _finite(x) and _finite(y))
     return [x for x, _ in points], [y for _, y in points]
 
 
@@ -35,11 +52,10 @@ def trials_table(analysis: Any, spec: ExperimentSpec) -> Any:
     """One row per trial: id, status, env steps, last and best metric, iterations, time, searched values."""
     import pandas as pd
 
-    frames = analysis.trial_dataframes
     rows = []
     for trial in analysis.trials:
         last = trial.last_result or {}
-        _, values = curve(frames.get(trial.trial_id), spec.metric)
+        _, values = trial_curve(analysis, trial.trial_id, spec.metric)
         best = (max if spec.mode == "max" else min)(values) if values else math.nan
         rows.append({"trial_id": trial.trial_id, "status": trial_status(trial, spec),
                      "env_steps": last.get("env_steps"), spec.metric: last.get(spec.metric),
@@ -58,9 +74,8 @@ def learning_curves(analysis: Any, spec: ExperimentSpec, *, title: str, path: Pa
     figure = Figure(figsize=(9, 5.5), dpi=100)
     FigureCanvasAgg(figure)  # no pyplot: no global backend, nothing left open
     ax = figure.add_subplot()
-    frames = analysis.trial_dataframes
     for trial in sorted(analysis.trials, key=lambda t: t.trial_id):
-        steps, values = curve(frames.get(trial.trial_id), spec.metric)
+        steps, values = trial_curve(analysis, trial.trial_id, spec.metric)
         if not steps:
             continue
         status = trial_status(trial, spec)

@@ -14,7 +14,8 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tune_runner.mlflow_uri import artifact_location, create_store_folder
+# client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
+from tune_runner.mlflow_uri import artifact_location, client, find_parent, tag_filter  # noqa: F401
 
 # Tune's bookkeeping keys: not worth a metric curve each.
 NOT_METRICS = frozenset({
@@ -24,14 +25,6 @@ NOT_METRICS = frozenset({
 MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
-
-
-def client(uri: str) -> Any:
-    """An MlflowClient for `uri` (imported lazily: mlflow is slow to import)."""
-    from mlflow.tracking import MlflowClient
-
-    create_store_folder(uri)
-    return MlflowClient(tracking_uri=uri)
 
 
 def experiment_id(mlflow: Any, name: str, uri: str) -> str:
@@ -140,28 +133,6 @@ def last_error_line(trial: Any) -> str:
     text = text or str(getattr(trial, "error_msg", "") or "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "unknown error"
-
-
-def find_parent(mlflow: Any, experiment_id: str, *, search_id: str | None, exp_path: Path) -> str | None:
-    """The parent run of a search, for a resume: found by the search id saved with it (tune_rl_run.yaml),
-    or, for a search saved before ids, by its experiment-path tag."""
-    key, value = ("tune_rl.search_id", search_id) if search_id else ("tune_rl.experiment_path", str(exp_path))
-    runs = mlflow.search_runs([experiment_id], filter_string=tag_filter(key, value), max_results=1000)
-    parents = [r for r in runs if r.data.tags.get(key) == value and "mlflow.parentRunId" not in r.data.tags]
-    return parents[0].info.run_id if parents else None
-
-
-def tag_filter(key: str, value: str) -> str:
-    """An MLflow filter for runs whose tag `key` is `value` (or, for some values, a few more: compare the
-    tag exactly). MLflow's filter grammar has no escapes inside a string constant, so `value` is quoted
-    with a quote it does not contain; one holding both quotes, or a backslash (which the SQL tokenizer
-    reads as an escape), becomes a LIKE pattern with `_` (any one character) in their place."""
-    if "\\" not in value:
-        for quote in ("'", '"'):
-            if quote not in value:
-                return f"tags.`{key}` = {quote}{value}{quote}"
-    pattern = "".join("_" if c in "'\"\\" else c for c in value)
-    return f"tags.`{key}` LIKE '{pattern}'"
 
 
 def children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
