@@ -1,0 +1,154 @@
+"""Every file tune-rl reads goes through here: one line naming the file and what was expected.
+
+Space files, scheduler presets, bundles, saved specs and run options, finished marks, Tune's
+params.json and checkpoints. A file that is missing, a folder, unreadable, not UTF-8, not YAML or
+JSON, of the wrong shape (a list where a mapping belongs, an empty or truncated file) becomes a
+`UserError` `<path>: <what is wrong>; expected <what>` (exit status 2). Type checks of each kind's
+keys stay in that kind's loader. Light on purpose: the CLI imports this before any `--help`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tune_runner.errors import UserError
+
+T = TypeVar("T")
+
+# What a corrupt or truncated pickle / torch file raises on load: unpickling runs arbitrary reducers, so
+# a damaged stream can fail with any of these (a truncated one usually with EOFError or UnpicklingError).
+CHECKPOINT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, ImportError,
+    RuntimeError, UnicodeDecodeError, MemoryError, OverflowError, RecursionError)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"line {line}: duplicate key {key!r} (first at line {first}); keep one of them")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping: PyYAML would keep the last one
+    silently, so `lr:` twice under `space:` searched only the second range."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden key by key, as YAML intends
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first_line:
+                    raise DuplicateKeyError(key, line, first_line[key])
+                first_line[key] = line
+            except TypeError:  # an unhashable key: construct_mapping names it below
+                pass
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML from a string with duplicate keys refused (every YAML file and flag value we read)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def short(value: Any) -> str:
+    """A value as shown in an error: `nothing (an empty file)` for None or '', else its repr cut to 60."""
+    text = "nothing (an empty file)" if value is None or value == "" else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _refuse(path: Path, problem: str, *, expected: str, fix: str) -> UserError:
+    tail = f"; expected {expected}" if expected else ""
+    return UserError(f"{path}: {problem}{tail}{f'; {fix}' if fix else ''}")
+
+
+def read_text(path: Path, *, expected: str, fix: str = "") -> str:
+    """The file's text (UTF-8). A missing file, a folder, any OS error (with the OS's reason) or bytes that
+    are not UTF-8 (with the first bad byte's offset) is a UserError naming `path` and `expected`."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise _refuse(path, f"cannot read ({exc.strerror or type(exc).__name__})", expected=expected,
+                      fix=fix) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        f"save it as UTF-8{f'; expected {expected}' if expected else ''}"
+                        f"{f'; {fix}' if fix else ''}") from None
+
+
+def read_yaml(path: Path, *, expected: str = "a readable YAML file", fix: str = "") -> Any:
+    """A YAML file's data; unreadable, not UTF-8, a syntax error (line and column) or a duplicate key
+    (both lines) is one line naming the file."""
+    text = read_text(path, expected=expected, fix=fix)
+    try:
+        return load_yaml_text(text)
+    except DuplicateKeyError as exc:
+        raise UserError(f"{path}: {exc}{f'; {fix}' if fix else ''}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise _refuse(path, f"invalid YAML{at}: {problem}", expected=expected, fix=fix) from None
+
+
+def read_json(path: Path, *, expected: str, fix: str = "") -> Any:
+    """A JSON file's data; an empty file is None (the shape check names it), a syntax error or a file cut
+    short says where (line and column)."""
+    text = read_text(path, expected=expected, fix=fix)
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        cut = " (the file ends there: truncated?)" if exc.pos >= len(text.rstrip()) else ""
+        raise _refuse(path, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}{cut}",
+                      expected=expected, fix=fix) from None
+
+
+def mapping(raw: Any, path: Path, *, expected: str, fix: str = "") -> dict:
+    """`raw` when it is a mapping with string keys, else `<path>: expected <expected>, got <raw>`."""
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        raise UserError(f"{path}: expected {expected}, got {short(raw)}{f'; {fix}' if fix else ''}")
+    return raw
+
+
+def read_yaml_mapping(path: Path, *, expected: str, fix: str = "") -> dict:
+    """A YAML file whose top level must be a mapping (every YAML file tune-rl reads)."""
+    return mapping(read_yaml(path, expected=expected, fix=fix), path, expected=expected, fix=fix)
+
+
+def read_json_mapping(path: Path, *, expected: str, fix: str = "") -> dict:
+    """A JSON file whose top level must be an object (params.json, the finished mark)."""
+    return mapping(read_json(path, expected=expected, fix=fix), path, expected=expected, fix=fix)
+
+
+@contextmanager
+def reading_checkpoint(path: Path, *, fix: str) -> Iterator[None]:
+    """Around a pickle or torch load of `path`: a truncated or corrupt file is one line,
+    `<path>: not a readable checkpoint (<reason>); <fix>`."""
+    try:
+        yield
+    except UserError:
+        raise
+    except CHECKPOINT_ERRORS as exc:
+        lines = str(exc).strip().splitlines()
+        reason = f"{type(exc).__name__}: {lines[0][:120]}" if lines else type(exc).__name__
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = f"cannot read: {exc.strerror}"
+        raise UserError(f"{path}: not a readable checkpoint ({reason}); {fix}") from None
+
+
+def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
+    """`load(path)` (a pickle or torch load) with its failures as one line naming `path`."""
+    with reading_checkpoint(path, fix=fix):
+        return load(path)
+    raise AssertionError("unreachable")  # pragma: no cover - the context manager re-raises
