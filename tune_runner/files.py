@@ -64,25 +64,59 @@ def short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _refuse(path: Path, problem: str, *, expected: str, fix: str) -> UserError:
+def _refuse(path: Path | str, problem: str, *, expected: str, fix: str) -> UserError:
     tail = f"; expected {expected}" if expected else ""
     return UserError(f"{path}: {problem}{tail}{f'; {fix}' if fix else ''}")
 
 
-def read_text(path: Path, *, expected: str, fix: str = "") -> str:
-    """The file's text (UTF-8). A missing file, a folder, any OS error (with the OS's reason) or bytes that
-    are not UTF-8 (with the first bad byte's offset) is a UserError naming `path` and `expected`."""
+def read_bytes(path: Path, *, expected: str, fix: str = "", shown: str | None = None) -> bytes:
+    """The file's bytes. A missing file, a folder, any OS error is a UserError with the OS's reason, naming the
+    file (as `shown`, when the user typed it another way, e.g. `--plugins x.py`) and `expected`."""
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
-        raise _refuse(path, f"cannot read ({exc.strerror or type(exc).__name__})", expected=expected,
-                      fix=fix) from None
+        raise _refuse(path if shown is None else shown, f"cannot read ({exc.strerror or type(exc).__name__})",
+                      expected=expected, fix=fix) from None
+
+
+def _decode(data: bytes, encoding: str, *, name: Path | str, expected: str, fix: str) -> str:
     try:
-        return data.decode("utf-8")
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                        f"save it as UTF-8{f'; expected {expected}' if expected else ''}"
-                        f"{f'; {fix}' if fix else ''}") from None
+        label = "UTF-8" if encoding.lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig") else encoding
+        problem = f"not {label} text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it as {label}"
+        raise _refuse(name, problem, expected=expected, fix=fix) from None
+
+
+def read_text(path: Path, *, expected: str, fix: str = "", shown: str | None = None) -> str:
+    """The file's text (UTF-8); besides `read_bytes`'s refusals, bytes that are not UTF-8 (the first bad
+    byte and its offset)."""
+    data = read_bytes(path, expected=expected, fix=fix, shown=shown)
+    return _decode(data, "utf-8", name=path if shown is None else shown, expected=expected, fix=fix)
+
+
+def read_source(path: Path, *, shown: str | None = None) -> str:
+    """A Python file's text in the encoding its first two lines declare (PEP 263), else UTF-8."""
+    import codecs
+    import tokenize
+
+    expected = "a Python plug-in file"
+    name = path if shown is None else shown
+    data = read_bytes(path, expected=expected, shown=shown)
+    encoding = "utf-8"
+    for line in data.split(b"\n", 2)[:2]:
+        match = tokenize.cookie_re.match(line.decode("latin-1"))
+        if match:
+            encoding = match.group(1)
+            break
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            break  # a cookie only counts on a comment line before any code
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise _refuse(name, f"unknown encoding {encoding!r} in its coding declaration", expected=expected,
+                      fix="declare a codec Python knows, e.g. utf-8") from None
+    return _decode(data, encoding, name=name, expected=expected, fix="")
 
 
 def read_yaml(path: Path, *, expected: str = "a readable YAML file", fix: str = "") -> Any:
