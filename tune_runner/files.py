@@ -10,6 +10,7 @@ keys stay in that kind's loader. Light on purpose: the CLI imports this before a
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ T = TypeVar("T")
 # What a corrupt or truncated pickle / torch file raises on load: unpickling runs arbitrary reducers, so
 # a damaged stream can fail with any of these (a truncated one usually with EOFError or UnpicklingError).
 CHECKPOINT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, ImportError,
+    pickle.UnpicklingError, OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, ImportError,
     RuntimeError, UnicodeDecodeError, MemoryError, OverflowError, RecursionError)
 
 
@@ -143,7 +144,8 @@ def read_json(path: Path, *, expected: str, fix: str = "") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        cut = " (the file ends there: truncated?)" if exc.pos >= len(text.rstrip()) else ""
+        ends = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        cut = " (the file ends before it closes: cut short?)" if ends else ""
         raise _refuse(path, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}{cut}",
                       expected=expected, fix=fix) from None
 

@@ -317,11 +317,13 @@ def _rllib_env(checkpoint: Path) -> dict[str, Any]:
     try:
         with open(pkl, "rb") as f:
             config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # noqa: S301 - an RLlib checkpoint
-    except (pickle.UnpicklingError, *files.CHECKPOINT_ERRORS) as exc:
+    except files.CHECKPOINT_ERRORS as exc:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} beside it and its Algorithm config is unreadable "
                         f"({pkl.name}: {type(exc).__name__}); pass the checkpoint inside its trial folder") from None
     if not isinstance(config, dict) or not isinstance(config.get("env"), str):
-        raise UserError(f"{checkpoint}: its env is not a gymnasium id; only registered envs can be evaluated")
+        env = config.get("env") if isinstance(config, dict) else config
+        raise UserError(f"{pkl}: env: expected a gymnasium env id, got {files.short(env)}; its env is not a "
+                        f"gymnasium id, and only registered envs can be evaluated")
     return config
 
 
