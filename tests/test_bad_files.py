@@ -9,7 +9,9 @@ expected fragment, no traceback, nothing on stdout, no Ray, no file written, no 
 
 from __future__ import annotations
 
+import fnmatch
 import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,9 @@ GOOD_BUNDLE = ("tune_rl_format: 1\ntrainable: oracle\nenv: CartPole-v1\nconfig: 
                "budget: {env_steps: 1000}\nseeds: {reevaluation: [1000, 1001]}\nevaluation: {ci: [1.0, 2.0]}\n")
 GOOD_PLUGIN = "SETTINGS = dict(size=3, speed=1.5, name='grid', wrap=True)  # a plug-in may hold only settings\n"
 GOOD_PARAMS = '{"env": "CartPole-v1", "env_config": {}, "lr": 0.001}\n'
+GOOD_STATE = '{"trial_data": [], "runner_data": {}}'
+GOOD_REEVALUATION = '{"metric": "episode_return_mean", "winner": "a", "ranked": []}'
+STATE_FILE = "experiment_state-2026-01-01_00-00-00.json"
 GOOD_FINISHED = '{"status": "finished", "counts": {"done": 2}}'
 
 
@@ -61,11 +66,13 @@ def _alone(filename: str) -> Callable[[Path, Path], Layout]:
 
 
 def _in_search(filename: str) -> Callable[[Path, Path], Layout]:
-    """A file of an interrupted search's folder (exp under TUNE_RL_HOME/results), the others intact."""
+    """A file of an interrupted search's folder (exp under TUNE_RL_HOME/results), the others intact; Tune's
+    experiment state as Tune leaves a search that ran no trial."""
     def place(base: Path, home: Path) -> Layout:
         from tests.resume_helpers import options, saved_search
 
         folder = saved_search(options(home, storage=home / "results"))
+        (folder / STATE_FILE).write_text(GOOD_STATE)
         return Layout(folder / filename, folder, home)
     return place
 
@@ -138,6 +145,12 @@ KINDS = {kind.name: kind for kind in (
          (lambda lay: ["resume", "exp"], lambda lay: ["report", "exp"]), _load_search("read_run")),
     Kind("finished", ".json", _in_search("tune_rl_finished.json"), _text(GOOD_FINISHED),
          (lambda lay: ["resume", "exp"],), _load_search("finished")),
+    Kind("experiment_state", ".json", _in_search(STATE_FILE), _text(GOOD_STATE),
+         (lambda lay: ["best", "exp"], lambda lay: ["report", "exp"]),
+         lambda lay: __import__("tune_runner.analysis", fromlist=["x"]).load(lay.checkpoint)),
+    Kind("reevaluation", ".json", _in_search("reevaluation.json"), _text(GOOD_REEVALUATION),
+         (lambda lay: ["report", "exp"],),
+         lambda lay: __import__("tune_runner.files", fromlist=["x"]).read_json_mapping(lay.target, expected="")),
     Kind("params", ".json", _in_trial("params.json"), _text(GOOD_PARAMS),
          (lambda lay: ["evaluate", str(lay.checkpoint)], lambda lay: ["evaluate", str(lay.checkpoint.parent)]),
          lambda lay: __import__("tune_runner.policy", fromlist=["x"])._trial_config(lay.checkpoint)),
@@ -215,7 +228,9 @@ def test_a_damaged_file_is_one_line_naming_it(name, command, case, fragment, cli
     result = cli(*argv)
     target = layout.target
     line = result.err.strip()
-    assert str(target) in line or (str(target.parent) in line and target.name in line), line
+    patterns = re.findall(r"[\w.-]*\*[\w.*-]*", line)  # a file named by its pattern: experiment_state-*.json
+    named = target.name in line or any(fnmatch.fnmatch(target.name, p) for p in patterns)
+    assert str(target) in line or (str(target.parent) in line and named), line
     assert_one_line_error(result, str(fragment).replace("{offset}", str(len(good))))
     assert started == []
     untouched.check(argv)
@@ -242,7 +257,8 @@ def test_every_kind_has_its_cases():
     """The table covers each kind with every case that can happen to it (see expected.yaml's header)."""
     all_cases = {"missing", "directory", "unreadable_eio", "not_utf8", "not_parsable", "wrong_shape",
                  "wrong_types", "truncated", "empty"}
-    left_out = {"run_options": {"missing"}, "finished": {"missing"}, "plugin": {"wrong_shape", "wrong_types", "empty"},
+    left_out = {"run_options": {"missing"}, "finished": {"missing"},
+                "reevaluation": {"missing", "wrong_types"}, "plugin": {"wrong_shape", "wrong_types", "empty"},
                 "checkpoint": {"not_utf8"}, "rllib_config": {"not_utf8"}}
     assert set(EXPECTED) == set(KINDS)
     for name, cases in EXPECTED.items():

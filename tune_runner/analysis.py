@@ -14,6 +14,7 @@ from tune_runner import paths
 from tune_runner.errors import UserError, unknown_name
 
 SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
+STATE_FIX = "Ray Tune wrote it; restore it, or delete it if an older experiment_state-*.json is beside it"
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,26 @@ def experiment_path(ref: str, *, storage: Path | str | None = None, command: str
 
 def load(path: Path) -> Any:
     """ExperimentAnalysis over an experiment folder (no Ray session needed)."""
+    from tune_runner import files
+
+    states = sorted(path.glob("experiment_state-*.json"))  # Ray reads the newest: its name holds the time
+    if not states:
+        raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
+    newest, fix = states[-1], STATE_FIX
+    state = files.read_json_mapping(newest, expected="Ray Tune's experiment state (a JSON object with trial_data)",
+                                    fix=fix)
+    trials = state.get("trial_data")
+    if not (isinstance(trials, list) and all(isinstance(t, list) and len(t) == 2 for t in trials)):
+        got = files.short(trials) if "trial_data" in state else "nothing (no trial_data key)"
+        raise UserError(f"{newest}: trial_data: expected a list of [trial state, run metadata] pairs, got {got}; "
+                        f"{fix}")
     from ray.tune import ExperimentAnalysis
 
-    if not any(path.glob("experiment_state-*.json")):
-        raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
-    return ExperimentAnalysis(str(path))
+    try:
+        return ExperimentAnalysis(str(path))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # a trial's state is damaged
+        raise UserError(f"{newest}: not a readable experiment state ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); {fix}") from None
 
 
 def score(history: Any, *, metric: str, mode: str, scope: str) -> float:
