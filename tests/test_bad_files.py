@@ -30,6 +30,7 @@ GOOD_PRESET = "description: a small ASHA\ntype: asha\nsettings: {grace_period: 1
 GOOD_BUNDLE = ("tune_rl_format: 1\ntrainable: oracle\nenv: CartPole-v1\nconfig: {x: 0.5, steps_per_iteration: 100}\n"
                "budget: {env_steps: 1000}\nseeds: {reevaluation: [1000, 1001]}\nevaluation: {ci: [1.0, 2.0]}\n")
 GOOD_PLUGIN = "SETTINGS = dict(size=3, speed=1.5, name='grid', wrap=True)  # a plug-in may hold only settings\n"
+GOOD_TASK = "def task(result, env, ctx):\n    return min(result.get('env_steps', 0) // 1000, 3)\n"
 GOOD_PARAMS = '{"env": "CartPole-v1", "env_config": {}, "lr": 0.001}\n'
 GOOD_STATE = '{"trial_data": [], "runner_data": {}}'
 GOOD_REEVALUATION = '{"metric": "episode_return_mean", "winner": "a", "ranked": []}'
@@ -91,6 +92,15 @@ def _in_trial(filename: str, *, rllib: bool = False) -> Callable[[Path, Path], L
     return place
 
 
+def _task_file(base: Path, home: Path) -> Layout:
+    """task.py, named by a space file's env_task_fn (a curriculum env, so that the function is what is wrong)."""
+    target = base / "task.py"
+    space = base / "space.yaml"
+    space.write_text(f"trainable: ppo\nenv: curriculum_corridor\nbudget: {{env_steps: 1000}}\n"
+                     f"fixed: {{env_task_fn: '{target}:task'}}\n")
+    return Layout(target, space, home)
+
+
 def _pickle(value: object) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -138,6 +148,8 @@ KINDS = {kind.name: kind for kind in (
     Kind("plugin", ".py", _alone("my_envs.py"), _text(GOOD_PLUGIN),
          (lambda lay: ["search", "--space", "oracle", "--plugins", str(lay.target)],),
          lambda lay: __import__("tune_runner.plugins", fromlist=["x"]).load_plugins([lay.target], shipped=False)),
+    Kind("task_fn", ".py", _task_file, _text(GOOD_TASK), (lambda lay: ["search", "--space", str(lay.checkpoint)],),
+         lambda lay: __import__("tune_runner.curriculum", fromlist=["x"]).resolve_task_fn(f"{lay.target}:task")),
     Kind("saved_spec", ".yaml", _in_search("tune_rl_spec.yaml"), _current,
          (lambda lay: ["resume", "exp"], lambda lay: ["best", "exp"], lambda lay: ["report", "exp"]),
          _load_search("read_spec")),
@@ -191,7 +203,8 @@ def damage(case: str, kind: Kind, layout: Layout, good: bytes) -> None:
             "not_utf8": lambda: good + b"\xe9",
             "wrong_shape": lambda: _pickle([1, 2]) if kind.binary else
             (b'["a", "b"]' if kind.suffix == ".json" else b"- a\n- b\n"),
-            "wrong_types": lambda: _pickle({"learner": "weights"} if kind.name == "checkpoint" else
+            "wrong_types": lambda: b"task = 5\n" if kind.name == "task_fn" else
+            _pickle({"learner": "weights"} if kind.name == "checkpoint" else
                                            {"ctor_args_and_kwargs": [[{"env": 5}]]}),
             "truncated": lambda: _truncated(good, binary=kind.binary),
             "empty": lambda: b"",
@@ -259,7 +272,7 @@ def test_every_kind_has_its_cases():
                  "wrong_types", "truncated", "empty"}
     left_out = {"run_options": {"missing"}, "finished": {"missing"},
                 "reevaluation": {"missing", "wrong_types"}, "plugin": {"wrong_shape", "wrong_types", "empty"},
-                "checkpoint": {"not_utf8"}, "rllib_config": {"not_utf8"}}
+                "checkpoint": {"not_utf8"}, "task_fn": {"wrong_shape"}, "rllib_config": {"not_utf8"}}
     assert set(EXPECTED) == set(KINDS)
     for name, cases in EXPECTED.items():
         assert set(cases) == all_cases - left_out.get(name, set()), name

@@ -96,12 +96,11 @@ def read_text(path: Path, *, expected: str, fix: str = "", shown: str | None = N
     return _decode(data, "utf-8", name=path if shown is None else shown, expected=expected, fix=fix)
 
 
-def read_source(path: Path, *, shown: str | None = None) -> str:
+def read_source(path: Path, *, shown: str | None = None, expected: str = "a Python plug-in file") -> str:
     """A Python file's text in the encoding its first two lines declare (PEP 263), else UTF-8."""
     import codecs
     import tokenize
 
-    expected = "a Python plug-in file"
     name = path if shown is None else shown
     data = read_bytes(path, expected=expected, shown=shown)
     encoding = "utf-8"
