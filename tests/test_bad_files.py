@@ -10,8 +10,10 @@ expected fragment, no traceback, nothing on stdout, no Ray, no file written, no 
 from __future__ import annotations
 
 import fnmatch
+import os
 import pickle
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,3 +302,36 @@ def test_a_python_file_in_its_declared_encoding_loads(tmp_path):
     path = tmp_path / "latin.py"
     path.write_bytes(b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n")
     assert "NAME = 'été'" in files.read_source(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="drops root with setpriv; as a user, chmod 000 alone would do (not this test)")
+@pytest.mark.parametrize("argv, expected", [
+    (["search", "--space"], "cannot read (Permission denied); expected a mapping of settings at the top level"),
+    (["verify"], "cannot read (Permission denied); expected a best-config bundle"),
+])
+def test_a_file_without_read_permission_as_user_nobody_via_setpriv(argv, expected, untouched):
+    """chmod 000 for real: root reads through permission bits, so the command runs as nobody (setpriv)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="tune-rl-locked-"))
+    try:
+        folder.chmod(0o755)  # nobody may look in, not write
+        locked = folder / "locked.yaml"
+        locked.write_text(GOOD_BUNDLE if argv[0] == "verify" else GOOD_SPACE)
+        locked.chmod(0o000)
+        before = sorted(folder.rglob("*"))
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent), "HOME": str(folder),
+               "TUNE_RL_HOME": str(folder / "home")}
+        run = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+                              "-m", "tune_runner", *argv, str(locked)],
+                             cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and run.stdout == "", (run.returncode, run.stderr)
+        assert f"{locked}: {expected}" in lines[0], lines[0]
+        assert sorted(folder.rglob("*")) == before  # no home, results folder or store made
+        untouched.check()
+    finally:
+        shutil.rmtree(folder)

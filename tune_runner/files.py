@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -166,12 +165,11 @@ def read_json_mapping(path: Path, *, expected: str, fix: str = "") -> dict:
     return mapping(read_json(path, expected=expected, fix=fix), path, expected=expected, fix=fix)
 
 
-@contextmanager
-def reading_checkpoint(path: Path, *, fix: str) -> Iterator[None]:
-    """Around a pickle or torch load of `path`: a truncated or corrupt file is one line,
+def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
+    """`load(path)`, a pickle or torch load: a truncated or corrupt file is one line,
     `<path>: not a readable checkpoint (<reason>); <fix>`."""
     try:
-        yield
+        return load(path)
     except UserError:
         raise
     except CHECKPOINT_ERRORS as exc:
@@ -180,10 +178,3 @@ def reading_checkpoint(path: Path, *, fix: str) -> Iterator[None]:
         if isinstance(exc, OSError) and exc.strerror:
             reason = f"cannot read: {exc.strerror}"
         raise UserError(f"{path}: not a readable checkpoint ({reason}); {fix}") from None
-
-
-def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
-    """`load(path)` (a pickle or torch load) with its failures as one line naming `path`."""
-    with reading_checkpoint(path, fix=fix):
-        return load(path)
-    raise AssertionError("unreachable")  # pragma: no cover - the context manager re-raises

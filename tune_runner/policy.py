@@ -211,8 +211,8 @@ def _own(checkpoint: Path) -> OwnPolicy:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} in {checkpoint.parent}; our checkpoints need their trial "
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
     pkl = checkpoint / "learner.pkl"
-    saved = files.load_checkpoint(checkpoint, read_checkpoint, fix=f"{pkl.name} is damaged or cut short: pass "
-                                  f"another of the trial's checkpoint_NNNNNN folders")
+    saved = files.load_checkpoint(pkl, lambda _: read_checkpoint(checkpoint), fix="damaged or cut short: pass "
+                                  "another of the trial's checkpoint_NNNNNN folders")
     state = saved.get("learner") if isinstance(saved, dict) else None
     if not isinstance(state, dict):
         raise UserError(f"{pkl}: not a readable checkpoint (expected a mapping with learner, got "
