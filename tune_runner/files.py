@@ -10,7 +10,9 @@ keys stay in that kind's loader. Light on purpose: the CLI imports this before a
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,10 +75,23 @@ def read_bytes(path: Path, *, expected: str, fix: str = "", shown: str | None = 
     """The file's bytes. A missing file, a folder, any OS error is a UserError with the OS's reason, naming the
     file (as `shown`, when the user typed it another way, e.g. `--plugins x.py`) and `expected`."""
     try:
+        kind = _not_regular(os.stat(path).st_mode)
+        if kind:  # reading a pipe would wait for a writer, a device might never end
+            raise _refuse(path if shown is None else shown, f"not a regular file ({kind})", expected=expected,
+                          fix=fix)
         return Path(path).read_bytes()
     except OSError as exc:
         raise _refuse(path if shown is None else shown, f"cannot read ({exc.strerror or type(exc).__name__})",
                       expected=expected, fix=fix) from None
+
+
+def _not_regular(mode: int) -> str:
+    """'' for a regular file or a folder (whose read fails with the OS's own reason), else what it is."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def _decode(data: bytes, encoding: str, *, name: Path | str, expected: str, fix: str) -> str:
@@ -126,6 +141,9 @@ def read_yaml(path: Path, *, expected: str = "a readable YAML file", fix: str = 
         return load_yaml_text(text)
     except DuplicateKeyError as exc:
         raise UserError(f"{path}: {exc}{f'; {fix}' if fix else ''}") from None
+    except yaml.reader.ReaderError as exc:  # a control character: YAML allows printable text only
+        problem = f"invalid YAML: character #x{exc.character:04x} at character {exc.position} is not allowed"
+        raise _refuse(path, problem, expected=expected, fix=fix) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -137,6 +155,7 @@ def read_json(path: Path, *, expected: str, fix: str = "") -> Any:
     """A JSON file's data; an empty file is None (the shape check names it), a syntax error or a file cut
     short says where (line and column)."""
     text = read_text(path, expected=expected, fix=fix)
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors save: not an error in the data
     if not text.strip():
         return None
     try:

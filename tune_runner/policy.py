@@ -150,7 +150,7 @@ def _plain(action: np.ndarray) -> Any:
 def load_policy(path: str | Path) -> Policy:
     """The policy in `path`: a checkpoint folder (ours or RLlib's), a trial folder, or a bundle YAML."""
     path = Path(path).expanduser()
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a bundle (a pipe or an unreadable file: its read says what it is)
         return _from_bundle(path)
     if not path.is_dir():
         raise UserError(f"{path}: no such file or folder; {EXPECTED}")
@@ -313,13 +313,17 @@ def _rllib(checkpoint: Path) -> RLlibPolicy:
 
 def _rllib_env(checkpoint: Path) -> dict[str, Any]:
     """env and env_config from the Algorithm's pickled config, for a checkpoint outside its trial folder."""
-    pkl = checkpoint / "class_and_ctor_args.pkl"
+    pkl, fix = checkpoint / "class_and_ctor_args.pkl", "pass the checkpoint inside its trial folder"
+    if not pkl.exists():
+        raise UserError(f"{checkpoint}: no {PARAMS_FILE} beside it and its Algorithm config is unreadable "
+                        f"({pkl.name}: missing); {fix}")
+    data = files.read_bytes(pkl, expected=f"RLlib's pickled Algorithm config (no {PARAMS_FILE} is beside it)",
+                            fix=fix)
     try:
-        with open(pkl, "rb") as f:
-            config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # noqa: S301 - an RLlib checkpoint
+        config = pickle.loads(data)["ctor_args_and_kwargs"][0][0]  # noqa: S301 - an RLlib checkpoint
     except files.CHECKPOINT_ERRORS as exc:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} beside it and its Algorithm config is unreadable "
-                        f"({pkl.name}: {type(exc).__name__}); pass the checkpoint inside its trial folder") from None
+                        f"({pkl.name}: {type(exc).__name__}); {fix}") from None
     if not isinstance(config, dict) or not isinstance(config.get("env"), str):
         env = config.get("env") if isinstance(config, dict) else config
         raise UserError(f"{pkl}: env: expected a gymnasium env id, got {files.short(env)}; its env is not a "

@@ -129,7 +129,7 @@ def resolve_space(ref: str) -> Path:
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in ref:
         if path.is_dir():
             raise UserError(f"--space {ref}: a folder, expected a YAML file; give one of its .yaml files")
-        if not path.is_file():
+        if not path.exists():  # a pipe or an unreadable file: read says what it is
             raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
                             f"or a shipped space name (tune-rl spaces list)")
         return path
