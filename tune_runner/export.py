@@ -152,6 +152,8 @@ def check_bundle(raw: dict[str, Any], path: Path) -> None:
             names = " or ".join("null" if k is type(None) else {"dict": "a mapping", "str": "text"}[k.__name__]
                                 for k in kinds)
             raise UserError(f"{path}: {key}: expected {names}, got {short(value)}; export the bundle again")
+    if raw.get("mode", "max") not in ("max", "min"):
+        raise UserError(f"{path}: mode: expected max or min, got {short(raw['mode'])}; export the bundle again")
 
 
 def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSpec:

@@ -197,6 +197,11 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
     if not isinstance(config.get("env"), str):
         got = "missing" if "env" not in config else f"expected a gymnasium env id, got {files.short(config['env'])}"
         raise UserError(f"{params}: env: {got}; a trial config names its gymnasium env")
+    for key, kind, what in (("env_config", dict, "a mapping of env settings"),
+                            ("tune_rl_plugins", list, "a list of plug-in files")):
+        if config.get(key) is not None and not isinstance(config[key], kind):
+            raise UserError(f"{params}: {key}: expected {what}, got {files.short(config[key])}; it should be the "
+                            f"params.json Tune wrote for this trial")
     from tune_runner.own_trainable import load_trial_plugins
 
     load_trial_plugins(config)  # the user's env (and agent, model) register themselves again here
@@ -274,16 +279,24 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     from tune_runner.own_trainable import learner_classes, learner_settings
 
     _, config_cls = learner_classes(learner)
-    settings = config_cls.from_dict(learner_settings(config))
+    try:
+        settings = config_cls.from_dict(learner_settings(config))
+    except (ValueError, TypeError) as exc:  # a value of the wrong type in params.json
+        raise UserError(f"{where.parent / PARAMS_FILE}: {str(exc).splitlines()[0]}; the trial config of "
+                        f"{where.name} does not build a {learner} learner") from None
     hiddens, last = settings.fcnet_hiddens, 2 * len(settings.fcnet_hiddens)  # Linear layers sit at even indices
+    try:
+        weights = state["pi" if learner == "ppo" else "q"]
+        head = "advantage.weight" if learner == "dqn" and settings.dueling else f"trunk.{last}.weight"
+        first, head = ("0.weight", f"{last}.weight") if learner == "ppo" else ("trunk.0.weight", head)
+        obs_dim, actions = weights[first].shape[1], weights[head].shape[0]
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        lack = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else f"not tensors ({type(exc).__name__})"
+        raise UserError(f"{where / 'learner.pkl'}: not a readable checkpoint (its {learner} weights: {lack}); "
+                        f"pass a checkpoint folder written by our {learner} with this trial config") from None
     if learner == "ppo":
-        weights = state["pi"]
-        obs_dim, actions = weights["0.weight"].shape[1], weights[f"{last}.weight"].shape[0]
         net: torch.nn.Module = mlp([obs_dim, *hiddens, actions], settings.fcnet_activation)
     else:
-        weights = state["q"]
-        head = "advantage.weight" if settings.dueling else f"trunk.{last}.weight"
-        obs_dim, actions = weights["trunk.0.weight"].shape[1], weights[head].shape[0]
         net = QNetwork(obs_dim=obs_dim, num_actions=actions, hiddens=hiddens, activation=settings.fcnet_activation,
                        dueling=settings.dueling)
     try:

@@ -60,6 +60,9 @@ def claim(raw: dict, where: str) -> Claim:
         return Claim(ci, (sum(solved), len(solved)), float(steps_iqm) if isinstance(steps_iqm, (int, float))
                      else sum(ci) / 2, float(raw["stop_at"]))
     ci = _pair(evaluation.get("ci"))
+    if ci is None and evaluation.get("ci") is not None:
+        raise UserError(f"{where}: evaluation.ci: expected [low, high], got {evaluation['ci']!r}; "
+                        f"export the bundle again")
     if ci is None:
         raise UserError(f"{where}: evaluation.ci: missing; verify needs a bundle exported after a "
                         f"re-evaluation (tune-rl best EXP --reevaluate K --export FILE)")
