@@ -116,6 +116,13 @@ def test_bad_space_file(path, cli, untouched):
     (["resume", "never-ran"], ["experiment 'never-ran'"]),
     (["search", "--resume", "never-ran"], ["experiment 'never-ran'"]),
     (["verify", "missing.yaml"], ["missing.yaml: cannot read"]),
+    # a file that is not one: refused before the read (a device or a pipe may never end); tests/test_bad_files.py
+    (["verify", "/dev/zero"], ["/dev/zero: not a regular file (a character device); expected a best-config bundle"]),
+    (["search", "--space", "/dev/null"], ["/dev/null: not a regular file (a character device); expected a mapping"]),
+    (["evaluate", "/dev/null"], ["/dev/null: not a regular file (a character device); expected a best-config"]),
+    (["train", "--config", "/etc"], ["/etc: cannot read (Is a directory); expected a best-config bundle"]),
+    (["search", "--space", "oracle", "--plugins", "/dev/null"],
+     ["--plugins /dev/null: not a Python file; give a .py file or a folder of them"]),
     (["report", "no-such-experiment"], ["experiment 'no-such-experiment'"]),
     (["best", "x", "--reevaluate", "-2"], ["--reevaluate -2: must be a positive integer"]),
     (["best", "x", "--reevaluate", "2", "--seeds", "0"], ["--seeds 0: must be a positive integer"]),

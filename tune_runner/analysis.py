@@ -20,6 +20,7 @@ from tune_runner import paths
 from tune_runner.errors import UserError, unknown_name
 
 SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
+STATE_FIX = "Ray Tune wrote it; restore it, or delete it if an older experiment_state-*.json is beside it"
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,13 @@ def experiment_path(ref: str, *, storage: Path | str | None = None, command: str
 
 def load(path: Path) -> Any:
     """ExperimentAnalysis over an experiment folder (no Ray session needed)."""
+    newest = _check_state(path)
     from ray.tune import ExperimentAnalysis
 
-    _check_folder(path)
-    return ExperimentAnalysis(str(path))
+    try:
+        return ExperimentAnalysis(str(path))
+    except DAMAGED as exc:  # a trial's state is damaged
+        raise _damaged(newest, exc) from None
 
 
 def read(path: Path) -> Any:
@@ -103,16 +107,41 @@ def read(path: Path) -> Any:
     when the state holds a value only Ray can decode."""
     from tune_runner import results
 
-    _check_folder(path)
+    newest = _check_state(path)
     try:
         return results.read(path)
     except results.Unreadable:
         return load(path)
+    except DAMAGED as exc:  # a trial's state is damaged
+        raise _damaged(newest, exc) from None
 
 
-def _check_folder(path: Path) -> None:
-    if not any(path.glob("experiment_state-*.json")):
+# What reading a damaged trial entry of an experiment state raises, in Ray's reader and in ours.
+DAMAGED = (ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
+def _damaged(state: Path, exc: Exception) -> UserError:
+    reason = str(exc).splitlines()[0] if str(exc) else ""
+    return UserError(f"{state}: not a readable experiment state ({type(exc).__name__}: {reason}); {STATE_FIX}")
+
+
+def _check_state(path: Path) -> Path:
+    """The newest experiment_state-*.json of the folder (the one Ray reads: its name holds the time),
+    checked to be a JSON object with a list of trial pairs; one line naming it when it is not."""
+    from tune_runner import files
+
+    states = sorted(path.glob("experiment_state-*.json"))
+    if not states:
         raise UserError(f"{path}: not a Ray Tune experiment folder (no experiment_state-*.json)")
+    newest = states[-1]
+    state = files.read_json_mapping(newest, expected="Ray Tune's experiment state (a JSON object with trial_data)",
+                                    fix=STATE_FIX)
+    trials = state.get("trial_data")
+    if not (isinstance(trials, list) and all(isinstance(t, list) and len(t) == 2 for t in trials)):
+        got = files.short(trials) if "trial_data" in state else "nothing (no trial_data key)"
+        raise UserError(f"{newest}: trial_data: expected a list of [trial state, run metadata] pairs, got {got}; "
+                        f"{STATE_FIX}")
+    return newest
 
 
 def history(analysis: Any, trial_id: str, metric: str) -> list[Any]:

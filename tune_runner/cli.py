@@ -425,7 +425,8 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_spaces(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner.spec import read_yaml, resolve_space, shipped_spaces
+    from tune_runner.files import read_text, read_yaml
+    from tune_runner.spec import resolve_space, shipped_spaces
 
     if args.action == "list":
         spaces = shipped_spaces()
@@ -436,8 +437,9 @@ def cmd_spaces(args: argparse.Namespace, out: TextIO) -> int:
             print(f"{name:<{width}}  {description}", file=out)
         return ExitStatus.OK
     path = resolve_space(args.space)
+    text = read_text(path, expected="a YAML space file")  # read before the header: a refusal prints nothing
     print(f"# {path}", file=out)
-    print(path.read_text().rstrip(), file=out)
+    print(text.rstrip(), file=out)
     return ExitStatus.OK
 
 

@@ -158,7 +158,8 @@ def _space_file(ref: str | None, *, overrides: list[str]) -> dict:
     load_spec does; `--set trainable=` already typed counts). Nothing without a readable --space."""
     if not ref:
         return {}
-    from tune_runner.spec import apply_backend, read_yaml, resolve_space
+    from tune_runner.files import read_yaml
+    from tune_runner.spec import apply_backend, resolve_space
 
     try:
         raw = read_yaml(resolve_space(ref))

@@ -97,11 +97,14 @@ def _import(ref: str, module: str) -> Any:
 
 def _load_file(ref: str, where: str) -> Any:
     path = Path(where).expanduser().resolve()
-    if not path.is_file():
+    if not path.exists():  # a folder or an unreadable file: read_source says why
         raise UserError(f"{TASK_FN}: {ref!r}: no file {path}")
     name = f"tune_rl_task_fn_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]
+    from tune_runner import files
+
+    files.read_source(path, shown=f"{TASK_FN}: {ref!r}: {path}", expected="a Python file with the task function")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before running it, as a normal import does (dataclasses, pickle)

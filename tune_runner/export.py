@@ -9,7 +9,8 @@ import yaml
 
 from tune_runner.analysis import Best
 from tune_runner.errors import UserError
-from tune_runner.spec import Component, ExperimentSpec, budget_steps, number_setting, read_yaml
+from tune_runner.files import read_yaml_mapping, short
+from tune_runner.spec import Component, ExperimentSpec, budget_steps, number_setting
 
 FORMAT = 1
 KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -123,22 +124,46 @@ def write(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
+EXPECTED = "a best-config bundle (a YAML mapping written by tune-rl best EXPERIMENT --export FILE)"
+TYPES: dict[str, tuple[type, ...]] = {
+    "trainable": (str,), "env": (str,), "env_config": (dict, type(None)), "description": (str, type(None)),
+    "metric": (str,), "mode": (str,), "config": (dict,), "seeds": (dict, type(None)),
+    "evaluation": (dict, type(None)), "result": (dict, type(None)), "source": (dict, type(None)),
+    "checkpoint": (str, type(None)), "resolved": (dict, type(None)), "versions": (dict, type(None))}
+
+
+def read_bundle(path: Path) -> dict[str, Any]:
+    """A bundle's mapping with its keys known and of the right types (each wrong one named with its value)."""
+    raw = read_yaml_mapping(path, expected=EXPECTED)
+    if "tune_rl_format" not in raw:
+        raise UserError(f"{path}: not a tune-rl best-config export (no tune_rl_format key); "
+                        f"create one with tune-rl best EXPERIMENT --export FILE")
+    check_bundle(raw, path)
+    return raw
+
+
+def check_bundle(raw: dict[str, Any], path: Path) -> None:
+    """Every key of a bundle known and of its type; the first that is not, named with its value."""
+    for key, value in raw.items():
+        if key not in KEYS:
+            raise UserError(f"{path}: {key}: unknown key in a best-config export")
+        kinds = TYPES.get(key)
+        if kinds is not None and not isinstance(value, kinds):
+            names = " or ".join("null" if k is type(None) else {"dict": "a mapping", "str": "text"}[k.__name__]
+                                for k in kinds)
+            raise UserError(f"{path}: {key}: expected {names}, got {short(value)}; export the bundle again")
+    if raw.get("mode", "max") not in ("max", "min"):
+        raise UserError(f"{path}: mode: expected max or min, got {short(raw['mode'])}; export the bundle again")
+
+
 def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
     """An exported bundle as a one-trial spec: every value fixed, nothing searched."""
-    raw = read_yaml(path)
+    raw = read_bundle(path)
     where = str(path)
-    if not isinstance(raw, dict) or "tune_rl_format" not in raw:
-        raise UserError(f"{where}: not a tune-rl best-config export (no tune_rl_format key); "
-                        f"create one with tune-rl best EXPERIMENT --export FILE")
-    for key in raw:
-        if key not in KEYS:
-            raise UserError(f"{where}: {key}: unknown key in a best-config export")
     for key in ("trainable", "env", "config", "budget"):
         if key not in raw:
             raise UserError(f"{where}: {key}: missing")
     config = raw["config"]
-    if not isinstance(config, dict):
-        raise UserError(f"{where}: config: expected a mapping, got {config!r}")
     budget = budget_steps(raw["budget"], where)
     fixed = {**config, **(overrides or {})}
     source = raw.get("source") or {}

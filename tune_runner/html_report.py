@@ -149,8 +149,13 @@ def importance_plot(scores: dict[str, float], *, path: Path) -> Path:
 def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> Path:
     """Render the report into `exp_path/report/`; the index.html path."""
     from tune_runner import analysis as tune_analysis
+    from tune_runner import files
 
     loaded = tune_analysis.read(exp_path)  # Tune's files, without importing Ray
+    saved = exp_path / REEVALUATION_FILE  # read before anything is written: a damaged one leaves no half report
+    reevaluation = files.read_json_mapping(saved, expected="the saved re-evaluation (a JSON object)",
+                                           fix="delete it, or run tune-rl best EXPERIMENT --reevaluate K again"
+                                           ) if saved.exists() else None
     folder = exp_path / FOLDER
     folder.mkdir(exist_ok=True)
     title = title or exp_path.name
@@ -165,10 +170,7 @@ def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> 
     if scores:
         importance_plot(scores, path=folder / "importances.png")
         figures.append("importances.png")
-    reevaluation = None
-    saved = exp_path / REEVALUATION_FILE
-    if saved.is_file():
-        reevaluation = json.loads(saved.read_text())
+    if reevaluation is not None:
         (folder / REEVALUATION_FILE).write_text(saved.read_text())
     page = _page(title, spec, table, figures, scores, reevaluation)
     index = folder / "index.html"

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tune_runner import files
 from tune_runner import paths as tune_paths
 from tune_runner.errors import UserError
 from tune_runner.registry import Registry
@@ -365,6 +366,8 @@ def _load_file(file: Path, *, label: str, module_name: str, by_value: bool) -> M
     global _reading
     if module_name in sys.modules:
         return sys.modules[module_name]
+    # Read here first: a folder named x.py, an unreadable file or one that is not UTF-8 is one line naming it.
+    files.read_source(file, shown=label)
     spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[module_name] = module

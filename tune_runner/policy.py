@@ -16,7 +16,6 @@ observations, which is what RLlib's default pipeline feeds it (a MeanStdFilter w
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import pickle
 from collections.abc import Iterator, Mapping
@@ -27,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from tune_runner import files
 from tune_runner.algos.common import masked_logits, split_obs, to_tensor
 from tune_runner.analysis import last_checkpoint
 from tune_runner.env_check import env_config_of
@@ -150,7 +150,7 @@ def _plain(action: np.ndarray) -> Any:
 def load_policy(path: str | Path) -> Policy:
     """The policy in `path`: a checkpoint folder (ours or RLlib's), a trial folder, or a bundle YAML."""
     path = Path(path).expanduser()
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a bundle (a pipe or an unreadable file: its read says what it is)
         return _from_bundle(path)
     if not path.is_dir():
         raise UserError(f"{path}: no such file or folder; {EXPECTED}")
@@ -172,11 +172,12 @@ def load_policy(path: str | Path) -> Policy:
 
 
 def _from_bundle(path: Path) -> Policy:
-    from tune_runner.spec import read_yaml
+    from tune_runner import export
 
-    raw = read_yaml(path)
-    if not isinstance(raw, dict) or "tune_rl_format" not in raw:
+    raw = files.read_yaml_mapping(path, expected=export.EXPECTED)
+    if "tune_rl_format" not in raw:
         raise UserError(f"{path}: not a best-config bundle (no tune_rl_format key); {EXPECTED}")
+    export.check_bundle(raw, path)
     checkpoint = raw.get("checkpoint")
     if not checkpoint:
         raise UserError(f"{path}: checkpoint: missing (exported by an older tune-rl, or the trial saved none); "
@@ -190,14 +191,17 @@ def _from_bundle(path: Path) -> Policy:
 def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
     """The trial config Tune saved beside the checkpoint (<trial>/params.json), or None."""
     params = checkpoint.parent / PARAMS_FILE
-    if not params.is_file():
+    if not params.exists():
         return None
-    try:
-        config = json.loads(params.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{params}: unreadable trial config ({exc}); it should be Tune's params.json") from None
-    if not isinstance(config, dict) or not isinstance(config.get("env"), str):
-        raise UserError(f"{params}: env: missing; a trial config names its gymnasium env")
+    config = files.read_json_mapping(params, expected="Tune's params.json (the trial config, a JSON object)")
+    if not isinstance(config.get("env"), str):
+        got = "missing" if "env" not in config else f"expected a gymnasium env id, got {files.short(config['env'])}"
+        raise UserError(f"{params}: env: {got}; a trial config names its gymnasium env")
+    for key, kind, what in (("env_config", dict, "a mapping of env settings"),
+                            ("tune_rl_plugins", list, "a list of plug-in files")):
+        if config.get(key) is not None and not isinstance(config[key], kind):
+            raise UserError(f"{params}: {key}: expected {what}, got {files.short(config[key])}; it should be the "
+                            f"params.json Tune wrote for this trial")
     from tune_runner.own_trainable import load_trial_plugins
 
     load_trial_plugins(config)  # the user's env (and agent, model) register themselves again here
@@ -211,10 +215,13 @@ def _own(checkpoint: Path) -> OwnPolicy:
     if config is None:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} in {checkpoint.parent}; our checkpoints need their trial "
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
-    try:
-        state = read_checkpoint(checkpoint)["learner"]
-    except (OSError, pickle.UnpicklingError, EOFError, KeyError) as exc:
-        raise UserError(f"{checkpoint}: learner.pkl unreadable ({type(exc).__name__}: {exc})") from None
+    pkl = checkpoint / "learner.pkl"
+    saved = files.load_checkpoint(pkl, lambda _: read_checkpoint(checkpoint), fix="damaged or cut short: pass "
+                                  "another of the trial's checkpoint_NNNNNN folders")
+    state = saved.get("learner") if isinstance(saved, dict) else None
+    if not isinstance(state, dict):
+        raise UserError(f"{pkl}: not a readable checkpoint (expected a mapping with learner, got "
+                        f"{files.short(saved)}); pass a checkpoint folder written by our ppo/dqn")
     learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
@@ -237,13 +244,14 @@ class LearnerPolicy(Policy):
 
 def _agent_name(checkpoint: Path) -> str | None:
     """The search's trainable, from the experiment's tune_rl_spec.yaml (two folders up), if there is one."""
-    import yaml
-
     saved = checkpoint.parent.parent / "tune_rl_spec.yaml"
-    try:
-        return str(yaml.safe_load(saved.read_text()).get("trainable")) if saved.is_file() else None
-    except (OSError, yaml.YAMLError, AttributeError):
+    if not saved.exists():
         return None
+    raw = files.read_yaml_mapping(saved, expected="the search's saved spec (a YAML mapping with trainable, ...)")
+    trainable = raw.get("trainable")
+    if not isinstance(trainable, str):
+        raise UserError(f"{saved}: trainable: expected a trainable name, got {files.short(trainable)}")
+    return trainable
 
 
 def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
@@ -271,16 +279,24 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     from tune_runner.own_trainable import learner_classes, learner_settings
 
     _, config_cls = learner_classes(learner)
-    settings = config_cls.from_dict(learner_settings(config))
+    try:
+        settings = config_cls.from_dict(learner_settings(config))
+    except (ValueError, TypeError) as exc:  # a value of the wrong type in params.json
+        raise UserError(f"{where.parent / PARAMS_FILE}: {str(exc).splitlines()[0]}; the trial config of "
+                        f"{where.name} does not build a {learner} learner") from None
     hiddens, last = settings.fcnet_hiddens, 2 * len(settings.fcnet_hiddens)  # Linear layers sit at even indices
+    try:
+        weights = state["pi" if learner == "ppo" else "q"]
+        head = "advantage.weight" if learner == "dqn" and settings.dueling else f"trunk.{last}.weight"
+        first, head = ("0.weight", f"{last}.weight") if learner == "ppo" else ("trunk.0.weight", head)
+        obs_dim, actions = weights[first].shape[1], weights[head].shape[0]
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        lack = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else f"not tensors ({type(exc).__name__})"
+        raise UserError(f"{where / 'learner.pkl'}: not a readable checkpoint (its {learner} weights: {lack}); "
+                        f"pass a checkpoint folder written by our {learner} with this trial config") from None
     if learner == "ppo":
-        weights = state["pi"]
-        obs_dim, actions = weights["0.weight"].shape[1], weights[f"{last}.weight"].shape[0]
         net: torch.nn.Module = mlp([obs_dim, *hiddens, actions], settings.fcnet_activation)
     else:
-        weights = state["q"]
-        head = "advantage.weight" if settings.dueling else f"trunk.{last}.weight"
-        obs_dim, actions = weights["trunk.0.weight"].shape[1], weights[head].shape[0]
         net = QNetwork(obs_dim=obs_dim, num_actions=actions, hiddens=hiddens, activation=settings.fcnet_activation,
                        dueling=settings.dueling)
     try:
@@ -310,14 +326,21 @@ def _rllib(checkpoint: Path) -> RLlibPolicy:
 
 def _rllib_env(checkpoint: Path) -> dict[str, Any]:
     """env and env_config from the Algorithm's pickled config, for a checkpoint outside its trial folder."""
-    try:
-        with open(checkpoint / "class_and_ctor_args.pkl", "rb") as f:
-            config = pickle.load(f)["ctor_args_and_kwargs"][0][0]  # noqa: S301 - an RLlib checkpoint
-    except (OSError, pickle.UnpicklingError, EOFError, KeyError, IndexError, TypeError, AttributeError) as exc:
+    pkl, fix = checkpoint / "class_and_ctor_args.pkl", "pass the checkpoint inside its trial folder"
+    if not pkl.exists():
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} beside it and its Algorithm config is unreadable "
-                        f"({type(exc).__name__}); pass the checkpoint inside its trial folder") from None
+                        f"({pkl.name}: missing); {fix}")
+    data = files.read_bytes(pkl, expected=f"RLlib's pickled Algorithm config (no {PARAMS_FILE} is beside it)",
+                            fix=fix)
+    try:
+        config = pickle.loads(data)["ctor_args_and_kwargs"][0][0]  # noqa: S301 - an RLlib checkpoint
+    except files.CHECKPOINT_ERRORS as exc:
+        raise UserError(f"{checkpoint}: no {PARAMS_FILE} beside it and its Algorithm config is unreadable "
+                        f"({pkl.name}: {type(exc).__name__}); {fix}") from None
     if not isinstance(config, dict) or not isinstance(config.get("env"), str):
-        raise UserError(f"{checkpoint}: its env is not a gymnasium id; only registered envs can be evaluated")
+        env = config.get("env") if isinstance(config, dict) else config
+        raise UserError(f"{pkl}: env: expected a gymnasium env id, got {files.short(env)}; its env is not a "
+                        f"gymnasium id, and only registered envs can be evaluated")
     return config
 
 

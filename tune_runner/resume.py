@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from tune_runner import paths, storage
+from tune_runner import files, paths, storage
 from tune_runner.errors import UserError
 from tune_runner.mlflow_uri import redacted
-from tune_runner.spec import ExperimentSpec, build_spec, read_yaml
+from tune_runner.spec import ExperimentSpec, build_spec
 
 SPEC_FILE = "tune_rl_spec.yaml"
 RUN_FILE = "tune_rl_run.yaml"
@@ -122,9 +122,10 @@ def mark_finished(folder: Path, *, status: str, counts: dict[str, int]) -> None:
 def finished(folder: Path) -> dict[str, int] | None:
     """The trial counts of a finished search (its finished mark), or None while it is unfinished."""
     path = folder / FINISHED_MARK
-    if not path.is_file():
+    if not path.exists():
         return None
-    text = path.read_text(errors="replace")
+    fix = f"delete it to resume {folder.name} (a search that did finish then only runs its end again)"
+    text = files.read_text(path, expected="the finished mark (JSON)", fix=fix)
     try:
         raw = json.loads(text)
     except ValueError:
@@ -133,21 +134,20 @@ def finished(folder: Path) -> dict[str, int] | None:
     if not (isinstance(raw, dict) and raw.get("status") in ("finished", "failed") and isinstance(counts, dict)
             and all(isinstance(k, str) and _count(0)(v) for k, v in counts.items())):
         raise UserError(f'{path}: expected {{"status": "finished" or "failed", "counts": {{"done": 3, ...}}}}, '
-                        f"got {_short(raw)}; delete it to resume {folder.name} (a search that did finish then "
-                        f"only runs its end again)")
+                        f"got {files.short(raw)}; {fix}")
     return counts
 
 
 def read_spec(folder: Path) -> ExperimentSpec:
     """The spec a search saved beside its results (tune_rl_spec.yaml), or one line saying what is wrong."""
     path = folder / SPEC_FILE
-    if not path.is_file():
+    if not path.exists():  # a folder or an unreadable file in its place: read says why
         raise UserError(f"{folder}: not a tune-rl search folder (no {SPEC_FILE}); give a folder tune-rl search "
                         f"wrote, or its name under --storage")
-    raw = _read(path, SPEC_FIX)
+    raw = files.read_yaml(path, expected="the search's saved spec (YAML)", fix=SPEC_FIX)
     if not isinstance(raw, dict) or not all(_text(raw.get(k)) for k in ("name", "source")):
         raise UserError(f"{path}: expected the search's saved spec (a mapping with name, source, trainable, env, "
-                        f"...), got {_short(raw)}; {SPEC_FIX}")
+                        f"...), got {files.short(raw)}; {SPEC_FIX}")
     fields = {k: v for k, v in raw.items() if k not in ("name", "source", "source_sha256")}
     try:
         return build_spec(fields, name=raw["name"], source=raw["source"], sha256=str(raw.get("source_sha256", "")))
@@ -158,12 +158,12 @@ def read_spec(folder: Path) -> ExperimentSpec:
 def read_run(folder: Path) -> dict[str, Any] | None:
     """The run options a search saved (tune_rl_run.yaml), checked; None for a search saved without them."""
     path = folder / RUN_FILE
-    if not path.is_file():
+    if not path.exists():
         return None
-    raw = _read(path, RUN_FIX)
+    raw = files.read_yaml(path, expected="the search's run options (YAML)", fix=RUN_FIX)
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected the search's run options (a mapping of {', '.join(FIELDS)}), "
-                        f"got {_short(raw)}; {RUN_FIX}")
+                        f"got {files.short(raw)}; {RUN_FIX}")
     for key in raw:
         if key not in FIELDS:
             raise UserError(f"{path}: {key}: unknown key (expected {', '.join(FIELDS)}); {RUN_FIX}")
@@ -260,15 +260,3 @@ def command(name: str, options: Any) -> str:
         words += ["--mlflow-uri", redacted(uri)]
     line = " ".join(shlex.quote(word) for word in words)
     return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
-
-
-def _read(path: Path, fix: str) -> Any:
-    try:
-        return read_yaml(path)
-    except UserError as exc:
-        raise UserError(f"{exc}; {fix}") from None
-
-
-def _short(value: Any) -> str:
-    text = "nothing (an empty file)" if value is None or value == "" else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -24,9 +24,10 @@ from typing import Any
 
 from tune_runner import paths
 from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.files import read_yaml_mapping
 from tune_runner.registry import Registry
 from tune_runner.search_space import NUMERIC_DISTS, Param, parse_param
-from tune_runner.spec import Component, read_yaml
+from tune_runner.spec import Component
 
 TIME_SETTINGS = ("grace_period", "max_t", "min_t", "perturbation_interval", "burn_in_period", "min_time_slice")
 UNITS = "tune_rl_time_units"  # the result key HyperBand-style schedulers count in (see in_units)
@@ -99,9 +100,7 @@ def presets() -> dict[str, Preset]:
 
 def load_preset(path: Path) -> Preset:
     """Read and check one preset file."""
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a mapping with description, type and settings")
+    raw = read_yaml_mapping(path, expected="a scheduler preset (a mapping with description, type and settings)")
     for key in raw:
         if key not in ("description", "type", "settings"):
             raise UserError(f"{path}: {key}: unknown key; a preset has description, type and settings")
@@ -119,8 +118,9 @@ def resolve(component: Component, *, where: str) -> tuple[str, dict]:
     name = component.name
     path = Path(name).expanduser()
     if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise UserError(f"{where}: scheduler: no preset file {name}")
+        if not path.exists():  # a folder or an unreadable file: load_preset says why
+            raise UserError(f"{where}: scheduler: no preset file {name}; expected a scheduler preset YAML file "
+                            f"or a scheduler name (tune-rl schedulers list)")
         preset = load_preset(path)
     else:
         shipped = presets()

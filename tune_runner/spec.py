@@ -17,6 +17,7 @@ import yaml
 
 from tune_runner import paths
 from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -128,7 +129,7 @@ def resolve_space(ref: str) -> Path:
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in ref:
         if path.is_dir():
             raise UserError(f"--space {ref}: a folder, expected a YAML file; give one of its .yaml files")
-        if not path.is_file():
+        if not path.exists():  # a pipe or an unreadable file: read says what it is
             raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
                             f"or a shipped space name (tune-rl spaces list)")
         return path
@@ -138,63 +139,10 @@ def resolve_space(ref: str) -> Path:
     return spaces[ref]
 
 
-class DuplicateKeyError(yaml.YAMLError):
-    def __init__(self, key: Any, line: int, first: int) -> None:
-        super().__init__(f"line {line}: duplicate key {key!r} (first at line {first}); keep one of them")
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping: PyYAML would keep the last one
-    silently, so `lr:` twice under `space:` searched only the second range."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        first_line: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden key by key, as YAML intends
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            try:
-                if key in first_line:
-                    raise DuplicateKeyError(key, line, first_line[key])
-                first_line[key] = line
-            except TypeError:  # an unhashable key: construct_mapping names it below
-                pass
-        return super().construct_mapping(node, deep)
-
-
-def load_yaml_text(text: str) -> Any:
-    """YAML from a string with duplicate keys refused (every YAML file and flag value we read)."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; an unreadable file, bytes that are not UTF-8, a syntax error or a duplicate
-    key become one line with the file and where."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc}); expected a readable YAML file") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                        f"save it as UTF-8") from None
-    try:
-        return load_yaml_text(text)
-    except DuplicateKeyError as exc:
-        raise UserError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise UserError(f"{path}: invalid YAML{at}: {problem}") from None
-
-
 def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
     """Load a space by name or path, apply `--set key=value` overrides, validate."""
     path = resolve_space(ref)
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a mapping of settings at the top level, got {_short(raw)}")
+    raw = read_yaml_mapping(path, expected="a mapping of settings at the top level")
     overrides = list(overrides)
     chosen = raw.get("trainable")
     for item in overrides:

@@ -60,6 +60,9 @@ def claim(raw: dict, where: str) -> Claim:
         return Claim(ci, (sum(solved), len(solved)), float(steps_iqm) if isinstance(steps_iqm, (int, float))
                      else sum(ci) / 2, float(raw["stop_at"]))
     ci = _pair(evaluation.get("ci"))
+    if ci is None and evaluation.get("ci") is not None:
+        raise UserError(f"{where}: evaluation.ci: expected [low, high], got {evaluation['ci']!r}; "
+                        f"export the bundle again")
     if ci is None:
         raise UserError(f"{where}: evaluation.ci: missing; verify needs a bundle exported after a "
                         f"re-evaluation (tune-rl best EXP --reevaluate K --export FILE)")
@@ -101,12 +104,15 @@ class Bundle:
 def load(path: Path) -> Bundle:
     """Read and check a bundle before anything starts (bad input is a UserError naming the key)."""
     from tune_runner import export
-    from tune_runner.spec import read_yaml
 
     spec = export.load(path)
-    raw = read_yaml(path)
+    raw = export.read_bundle(path)
     said = claim(raw, str(path))
-    used = [s for s in (raw.get("seeds") or {}).get("reevaluation", []) if isinstance(s, int)]
+    reevaluation = (raw.get("seeds") or {}).get("reevaluation") or []
+    if not isinstance(reevaluation, list):
+        raise UserError(f"{path}: seeds.reevaluation: expected a list of seeds, got {reevaluation!r}; "
+                        f"export the bundle again")
+    used = [s for s in reevaluation if isinstance(s, int)]
     source, evaluation = raw.get("source") or {}, raw.get("evaluation") or {}
     score = evaluation.get("iqm", 0)
     pick = robust.Candidate(str(source.get("trial_id", "bundle")), dict(spec.fixed),

@@ -1,0 +1,5 @@
+from tune_runner.plugins import register_env
+
+
+def broken(:
+    pass

@@ -1,0 +1,2 @@
+def task(result, env, ctx)
+    return 1
