@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
 from tests.mlflow_helpers import FakeAnalysis, synthetic_trials
 from tune_runner import report
@@ -44,3 +45,50 @@ def test_write_gives_a_png_plot_and_a_csv_that_reads_back(tmp_path):
     assert plot.stat().st_size > 10_000  # lines, legend and labels, not an empty canvas
     again = pd.read_csv(table)
     assert list(again["status"]) == ["stopped_early", "errored", "done"] and len(again) == 3
+
+
+def test_importances_are_fitted_once_per_set_of_trials_and_again_when_one_changes(tmp_path, monkeypatch):
+    import optuna
+
+    from tune_runner import html_report
+
+    spec = load_spec("oracle", overrides=["budget=5000"])
+    trials, frames = synthetic_trials(spec, count=6, stop_early=())
+    fake, cache = FakeAnalysis(trials, frames), tmp_path / html_report.IMPORTANCES_FILE
+    scores = html_report.importances(fake, spec, cache=cache)
+    assert set(scores) == {"lr", "x", "activation"} and math.isclose(sum(scores.values()), 1.0)
+
+    class NotAgain(optuna.importance.FanovaImportanceEvaluator):
+        def evaluate(self, *args, **kwargs):
+            raise AssertionError("fitted again")
+
+    monkeypatch.setattr(optuna.importance, "FanovaImportanceEvaluator", NotAgain)
+    assert html_report.importances(fake, spec, cache=cache) == scores  # the same trials: the saved scores
+    trials[2].last_result = {**trials[2].last_result, "episode_return_mean": 5.0}
+    with pytest.raises(AssertionError, match="fitted again"):  # one trial's value changed: fitted anew
+        html_report.importances(fake, spec, cache=cache)
+    cache.write_text("{not json")
+    with pytest.raises(AssertionError, match="fitted again"):  # a damaged cache is only a cache
+        html_report.importances(fake, spec, cache=cache)
+
+
+@pytest.mark.e2e  # two child processes import MLflow (about 4 s each)
+def test_the_parent_logger_logs_the_report_from_its_own_process_or_nothing_when_cancelled(tmp_path):
+    from tune_runner import html_report, runner, tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = tracking.client(uri)
+    exp_id = tracking.experiment_id(client, "oracle", uri)
+    parent = runner._open_parent(client, exp_id, load_spec("oracle"), "exp", tmp_path / "exp", search_id="ab" * 16)
+    folder = tmp_path / "exp" / "report"
+    folder.mkdir(parents=True)
+    (folder / "index.html").write_text("<html></html>")
+
+    cancelled = html_report.ParentLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
+    cancelled.cancel()
+    assert client.list_artifacts(parent, "report") == []
+    logger = html_report.ParentLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
+    assert logger.finish(folder) == parent
+    assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/index.html"]
+    with pytest.raises(RuntimeError, match=r"^logging the report to MLflow failed: \w+"):
+        html_report.ParentLogger("sqlite:////proc/nope/mlflow.db", "oracle", tmp_path / "exp").finish(folder)

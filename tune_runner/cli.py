@@ -523,9 +523,15 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     if resume.HIDDEN in uri:
         raise UserError(f"--mlflow-uri: missing; {path.name} logs to {uri}, whose secret is not saved; give it")
     mlflow_uri.check_uri(uri)
-    index = html_report.write(path, spec)
-    print(f"report     {index.as_uri()}", file=out)
-    logged = html_report.log_to_parent(uri, spec.name, path, index.parent, search_id=saved.get("search_id"))
+    # MLflow's import and store open on the other core while this one draws: about half the wall time.
+    logger = html_report.ParentLogger(uri, spec.name, path, search_id=saved.get("search_id"))
+    try:
+        index = html_report.write(path, spec)
+    except BaseException:
+        logger.cancel()
+        raise
+    print(f"report     {index.as_uri()}", file=out, flush=True)
+    logged = logger.finish(index.parent)
     print(f"mlflow     {'logged to parent run ' + logged if logged else 'no parent run found; not logged'}",
           file=out)
     return ExitStatus.OK

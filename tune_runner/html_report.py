@@ -14,6 +14,7 @@ each trial becomes a completed Optuna trial with the space's distributions.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
@@ -26,6 +27,7 @@ from tune_runner.spec import ExperimentSpec
 
 FOLDER = "report"
 REEVALUATION_FILE = "reevaluation.json"
+IMPORTANCES_FILE = "importances.json"  # the scores and a digest of their inputs (a cache, and data)
 
 
 def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
@@ -98,13 +100,53 @@ def parallel_coordinates(analysis: Any, spec: ExperimentSpec, *, path: Path) -> 
     return path
 
 
-def importances(analysis: Any, spec: ExperimentSpec) -> dict[str, float]:
-    """Optuna's parameter importances over the finished trials ({} when there are too few)."""
+def importances(analysis: Any, spec: ExperimentSpec, *, cache: Path | None = None) -> dict[str, float]:
+    """Optuna's fANOVA parameter importances over the finished trials ({} when there are too few).
+
+    They are a pure function of the trials' values and the space (the forest's seed is fixed), and
+    fitting them imports scikit-learn (over a second of `tune-rl report`). So `cache` (a JSON file)
+    keeps the scores with a digest of their inputs; an unchanged experiment reuses them.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists, trials = _study_inputs(analysis, spec)
+    if len(trials) < 2 or not dists:
+        return {}
+    digest = hashlib.sha256(json.dumps({"dists": {k: repr(v) for k, v in dists.items()}, "trials": trials,
+                                        "mode": spec.mode, "evaluator": IMPORTANCE_EVALUATOR,
+                                        "optuna": optuna.__version__}, sort_keys=True, default=str).encode())
+    key = digest.hexdigest()
+    if cache is not None and cache.is_file():
+        try:
+            saved = json.loads(cache.read_text(encoding="utf-8"))
+            if saved.get("inputs_sha256") == key:
+                return {str(k): float(v) for k, v in saved["importances"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            pass  # ours, and only a cache: computed again below
+    study = optuna.create_study(direction="maximize" if spec.mode == "max" else "minimize")
+    for params, value in trials:
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+    try:
+        scores = {k: float(v) for k, v in optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)).items()}
+    except (RuntimeError, ValueError):
+        scores = {}
+    if cache is not None:
+        cache.write_text(json.dumps({"evaluator": IMPORTANCE_EVALUATOR, "inputs_sha256": key,
+                                     "importances": scores}, indent=1) + "\n", encoding="utf-8")
+    return scores
+
+
+IMPORTANCE_EVALUATOR = "optuna.importance.FanovaImportanceEvaluator(seed=0) over the final metric"
+
+
+def _study_inputs(analysis: Any, spec: ExperimentSpec) -> tuple[dict[str, Any], list[tuple[dict, float]]]:
+    """Optuna's distributions of the space, and (params, final value) of each trial that fits them."""
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    dists = {}
+    dists: dict[str, Any] = {}
     for p in spec.space:
         if p.dist in LIST_DISTS:
             dists[p.name] = CategoricalDistribution([json.dumps(v) for v in p.extremes()])
@@ -112,7 +154,7 @@ def importances(analysis: Any, spec: ExperimentSpec) -> dict[str, float]:
             dists[p.name] = IntDistribution(int(p.args[0]), int(p.args[1]))
         else:
             dists[p.name] = FloatDistribution(float(p.args[0]), float(p.args[1]), log=p.dist == "loguniform")
-    study = optuna.create_study(direction="maximize" if spec.mode == "max" else "minimize")
+    trials = []
     for trial in analysis.trials:
         value = (trial.last_result or {}).get(spec.metric)
         if not (isinstance(value, (int, float)) and math.isfinite(value)):
@@ -122,16 +164,11 @@ def importances(analysis: Any, spec: ExperimentSpec) -> dict[str, float]:
             raw = trial.config.get(name)
             params[name] = json.dumps(raw) if isinstance(dist, CategoricalDistribution) else raw
         try:
-            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=float(value)))
+            optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
         except ValueError:
             continue  # a value outside the space (a PBT mutation with its own bounds)
-    if len(study.trials) < 2 or not dists:
-        return {}
-    try:
-        return dict(optuna.importance.get_param_importances(study, evaluator=optuna.importance.
-                                                            FanovaImportanceEvaluator(seed=0)))
-    except (RuntimeError, ValueError):
-        return {}
+        trials.append((params, float(value)))
+    return dists, trials
 
 
 def importance_plot(scores: dict[str, float], *, path: Path) -> Path:
@@ -166,7 +203,7 @@ def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> 
     if spec.space:
         parallel_coordinates(loaded, spec, path=folder / "parallel_coordinates.png")
         figures.append("parallel_coordinates.png")
-    scores = importances(loaded, spec) if spec.space else {}
+    scores = importances(loaded, spec, cache=folder / IMPORTANCES_FILE) if spec.space else {}
     if scores:
         importance_plot(scores, path=folder / "importances.png")
         figures.append("importances.png")
@@ -240,14 +277,70 @@ def _search(row: dict) -> str:
 def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path, *, search_id: str | None = None) \
         -> str | None:
     """Log the report folder to the search's MLflow parent run (found by its search id or experiment path)."""
+    mlflow, run_id = _parent_run(uri, experiment, exp_path, search_id=search_id)
+    if run_id is not None:
+        mlflow.log_artifacts(run_id, str(folder), artifact_path="report")
+    return run_id
+
+
+def _parent_run(uri: str, experiment: str, exp_path: Path, *, search_id: str | None) -> tuple[Any, str | None]:
+    """An MLflow client of the store and the search's parent run id (None: no such run)."""
     from tune_runner import mlflow_uri  # not tune_runner.tracking: that imports Ray Tune
 
     mlflow = mlflow_uri.client(uri)
     found = mlflow.get_experiment_by_name(experiment)
     if found is None:
-        return None
-    run_id = mlflow_uri.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
-    if run_id is None:
-        return None
-    mlflow.log_artifacts(run_id, str(folder), artifact_path="report")
-    return run_id
+        return mlflow, None
+    return mlflow, mlflow_uri.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
+
+
+class ParentLogger:
+    """`log_to_parent` begun in a child process, so that importing MLflow, opening its store and finding
+    the parent run (about half of `tune-rl report`, none of it needed to draw) overlap the rendering.
+
+    The child finds the run at once, then waits for `finish(folder)` on its stdin (or an empty line:
+    nothing to log) and answers with one JSON line on stdout.
+    """
+
+    def __init__(self, uri: str, experiment: str, exp_path: Path, *, search_id: str | None = None) -> None:
+        import subprocess
+        import sys
+
+        job = json.dumps({"uri": uri, "experiment": experiment, "exp_path": str(exp_path), "search_id": search_id})
+        self._proc = subprocess.Popen([sys.executable, "-c", CHILD, job], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(self, folder: Path | None) -> str | None:
+        """Log `folder` (None: log nothing) and wait; the parent run id, None when there is none."""
+        out, err = self._proc.communicate(f"{folder or ''}\n")
+        lines = out.strip().splitlines()
+        answer = json.loads(lines[-1]) if lines else {"error": (err.strip().splitlines() or ["no output"])[-1]}
+        if "error" in answer:
+            raise RuntimeError(f"logging the report to MLflow failed: {answer['error']}")
+        return answer["run_id"]
+
+    def cancel(self) -> None:
+        """Stop the child without logging (the report failed)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+CHILD = "from tune_runner.html_report import _log_from_child; _log_from_child()"
+
+
+def _log_from_child() -> None:
+    """The child of ParentLogger: argv[1] is its job as JSON; stdin names the folder once it is written."""
+    import sys
+
+    job = json.loads(sys.argv[1])
+    try:
+        mlflow, run_id = _parent_run(job["uri"], job["experiment"], Path(job["exp_path"]),
+                                     search_id=job["search_id"])
+        folder = sys.stdin.readline().strip()
+        if folder and run_id is not None:
+            mlflow.log_artifacts(run_id, folder, artifact_path="report")
+        answer: dict[str, Any] = {"run_id": run_id if folder else None}
+    except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(answer), flush=True)
