@@ -200,7 +200,7 @@ LEARNER_CONFIGS = {
 
 def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
     """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
-    from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
+    from tune_runner.trainables.own import CHECKPOINT_FILE, build_learner
 
     config = LEARNER_CONFIGS[name]
     learner = build_learner(name, config)
@@ -246,8 +246,11 @@ def synthetic_trials(spec: Any, *, count: int = 3, stop_early: tuple[int, ...] =
 
 def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -> dict[str, Any]:
     """A finished oracle search's MLflow records, written by tune-rl's logging code; what it wrote."""
-    from tune_runner import analysis, report, runner, tracking
-    from tune_runner.spec import load_spec
+    from tune_runner.results import analysis
+    from tune_runner.results import summary as report
+    from tune_runner.search import runner
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.tracking import callback as tracking
 
     spec = load_spec("oracle", overrides=["budget=5000"])
     client = tracking.client(uri)
@@ -268,7 +271,7 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     best = analysis.Best(trial_id=top.trial_id, config=top.config, value=top.last_result["episode_return_mean"],
                          metric=spec.metric, mode=spec.mode, scope="last", last_result=top.last_result,
                          trial_path=top.path)
-    from tune_runner import export
+    from tune_runner.results import export
 
     export_path = export.write(export.bundle(spec, best, experiment=name), folder / "best.yaml")
     written = report.write(fake, spec, folder=folder, title=name)

@@ -12,9 +12,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tune_runner import curriculum, trainables
 from tune_runner.algos.common import make_vec_env
 from tune_runner.errors import UserError
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables import curriculum
 
 LEVEL_ENV = "TuneRlLevelTest-v0"
 
@@ -182,7 +183,7 @@ def test_only_numeric_tasks_are_reported():
 
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
-    from tune_runner.own_trainable import own_trainable_class
+    from tune_runner.trainables.own import own_trainable_class
 
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:raise_level", "seed": 0,
@@ -265,7 +266,7 @@ def test_the_task_function_sees_our_episode_return_not_rllibs(tmp_path):
     from ray.rllib.callbacks.utils import make_callback
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from tune_runner import rllib_episodes
+    from tune_runner.trainables import rllib_episodes
 
     fn = write(tmp_path / "by_return.py", """
         def by_return(results, env, ctx):

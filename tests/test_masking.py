@@ -12,8 +12,9 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from tune_runner import masking, trainables
 from tune_runner.errors import UserError
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables import masking
 
 MASKED_ENV = "TuneRlMaskTest-v0"
 # Row 0 allows actions 0 and 3, row 1 only action 1, row 2 nothing (a final observation: left alone).

@@ -1,4 +1,4 @@
-"""Our episode count for `rllib/*` trials (tune_runner.rllib_episodes), without Ray: the window, the
+"""Our episode count for `rllib/*` trials (tune_runner.trainables.rllib_episodes), without Ray: the window, the
 callbacks on RLlib's own episode objects and on a real local EnvRunner, and the metric mapping."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from tests.episode_recorder import RECORDED_ENV, recorded, register
-from tune_runner import curriculum, rllib_episodes, trainables
 from tune_runner.metrics import from_rllib
-from tune_runner.rllib_episodes import EpisodeWindow
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables import curriculum, rllib_episodes
+from tune_runner.trainables.rllib_episodes import EpisodeWindow
 
 
 def runner(*, evaluation: bool = False) -> SimpleNamespace:
