@@ -64,7 +64,7 @@ def space_configs(ref: str, *, samples: int, sample_seed: int) -> tuple[str, lis
     import numpy as np
 
     from tune_runner.spec.experiment import load_spec
-    from tune_runner.trainables.own import learner_settings
+    from tune_runner.trainables.trial import learner_settings
 
     spec = load_spec(ref)
     if spec.trainable not in ("ppo", "dqn"):

@@ -1,1 +1,1 @@
-"""Shipped scheduler presets (YAML); ships inside the wheel as `tune_runner.search.schedulers`."""
+"""Shipped scheduler presets (YAML); ships inside the wheel as `tune_runner.scheduler_presets`."""

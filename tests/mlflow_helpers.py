@@ -200,7 +200,8 @@ LEARNER_CONFIGS = {
 
 def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
     """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
-    from tune_runner.trainables.own import CHECKPOINT_FILE, build_learner
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.own import CHECKPOINT_FILE
 
     config = LEARNER_CONFIGS[name]
     learner = build_learner(name, config)

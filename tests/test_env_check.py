@@ -92,8 +92,8 @@ def test_each_distinct_env_config_is_built_once_and_closed(trainable):
 
 
 def test_a_good_searched_env_config_reaches_the_trials_env_config_for_both_backends():
-    from tune_runner.trainables.catalog import rllib_config
-    from tune_runner.trainables.own import build_learner
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.rllib import rllib_config
 
     env = counted_env()
     searched = spec("ppo", env, env_config={"x": 1}, fixed={"num_envs_per_env_runner": 1},

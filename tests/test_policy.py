@@ -14,7 +14,8 @@ import pytest
 from tune_runner.errors import UserError
 from tune_runner.results import evaluate as evaluation
 from tune_runner.results.policy import OwnPolicy, RLlibPolicy, load_policy
-from tune_runner.trainables.own import OwnTrainable, build_learner
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.own import OwnTrainable
 
 CONFIGS = {
     "ppo": {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 256,

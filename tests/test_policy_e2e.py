@@ -58,7 +58,8 @@ def search_and_evaluate(cli, home: Path, tmp_path: Path, trainable: str, name: s
 
 
 def test_evaluate_our_ppo_after_a_search(ray_session, cli, _isolated_home, tmp_path):
-    from tune_runner.trainables.own import build_learner, read_checkpoint
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.own import read_checkpoint
 
     checkpoint, policy = search_and_evaluate(cli, _isolated_home, tmp_path, "ppo", "eval-ppo")
     assert policy.kind == "ppo" and policy.env_id == "CartPole-v1"

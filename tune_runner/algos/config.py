@@ -13,9 +13,10 @@ from numbers import Real
 from typing import Any, TypeVar
 
 from tune_runner.errors import unknown_name
-from tune_runner.trainables.env_check import MASKED
 
 Config = TypeVar("Config")
+MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
+MASK_KEYS = frozenset({"observations", "action_mask"})
 
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
 # without torch: the env check reads them before Ray and torch load (tune_runner.trainables.catalog.trains).

@@ -25,7 +25,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     for `tune-rl evaluate`, versions, commit)."""
     from tune_runner.results.analysis import last_checkpoint
     from tune_runner.trainables.catalog import resolved_config
-    from tune_runner.trainables.env_check import PREFIX, env_config_of
+    from tune_runner.trainables.trial import PREFIX, env_config_of
 
     # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
     config = {k: v for k, v in best.config.items() if k not in ENV_KEYS and not k.startswith(PREFIX)}

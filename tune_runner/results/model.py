@@ -25,7 +25,8 @@ import torch
 from tune_runner import tune_rl_policy
 from tune_runner.results.analysis import last_checkpoint
 from tune_runner.trainables.catalog import OWN
-from tune_runner.trainables.own import learner_classes, learner_settings, read_checkpoint
+from tune_runner.trainables.own import learner_classes, read_checkpoint
+from tune_runner.trainables.trial import learner_settings
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
 EXPORTED = OWN  # trainables whose policy we can read from a checkpoint

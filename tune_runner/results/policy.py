@@ -30,7 +30,7 @@ from tune_runner import files
 from tune_runner.algos.common import masked_logits, split_obs, to_tensor
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
-from tune_runner.trainables.env_check import env_config_of
+from tune_runner.trainables.trial import env_config_of
 
 EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
             "holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
@@ -202,7 +202,7 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
         if config.get(key) is not None and not isinstance(config[key], kind):
             raise UserError(f"{params}: {key}: expected {what}, got {files.short(config[key])}; it should be the "
                             f"params.json Tune wrote for this trial")
-    from tune_runner.trainables.own import load_trial_plugins
+    from tune_runner.trainables.trial import load_trial_plugins
 
     load_trial_plugins(config)  # the user's env (and agent, model) register themselves again here
     return config
@@ -255,7 +255,7 @@ def _agent_name(checkpoint: Path) -> str | None:
 
 
 def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
-    from tune_runner.trainables.own import build_learner
+    from tune_runner.trainables.agents import build_learner
 
     try:
         learner = build_learner(name, config)
@@ -276,7 +276,8 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     """(the learner's acting network with the checkpoint's weights, observation size), built as the learner does."""
     from tune_runner.algos.common import mlp
     from tune_runner.algos.dqn import QNetwork
-    from tune_runner.trainables.own import learner_classes, learner_settings
+    from tune_runner.trainables.own import learner_classes
+    from tune_runner.trainables.trial import learner_settings
 
     _, config_cls = learner_classes(learner)
     try:

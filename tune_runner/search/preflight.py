@@ -333,10 +333,3 @@ def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: floa
     return replace(spec, fixed=fixed)
 
 
-def trainer_bundle(config: dict) -> dict[str, float]:
-    """The trial's own resource bundle from `cpus_per_trial` / `gpus_per_trial` (1 CPU, no GPU by default)."""
-    bundle = {"CPU": float(config.get("cpus_per_trial", 1) or 0)}
-    gpus = float(config.get("gpus_per_trial", 0) or 0)
-    if gpus:
-        bundle["GPU"] = gpus
-    return bundle

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tune_runner.plugins import AGENTS
+from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins
 
 AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
 AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
@@ -108,3 +109,12 @@ def checkpoints(name: str) -> bool:
     """Whether the agent's state can be saved and restored (get_state and set_state)."""
     cls = AGENTS.get(name)
     return callable(getattr(cls, "get_state", None)) and callable(getattr(cls, "set_state", None))
+
+
+def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:
+    """A learner for one trial config (rollout workers pass a seed offset)."""
+    load_trial_plugins(config)
+    settings = learner_settings(config)
+    if seed_offset:
+        settings["seed"] = int(settings.get("seed", 0)) + seed_offset
+    return build(name, settings, env=config["env"], env_config=env_config_of(config), device=device)

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tune_runner import metrics
 from tune_runner.errors import UserError, closest, unknown_name
 from tune_runner.trainables.curriculum import TASK_FN
-from tune_runner.trainables.env_check import PREFIX as ENV_CONFIG_PREFIX
-from tune_runner.trainables.env_check import env_config_of
+from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
 if TYPE_CHECKING:
     from ray import tune
@@ -34,9 +33,6 @@ OWN = ("ppo", "dqn")
 ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")
 # Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
-# Keys of our trial config that are not RLlib AlgorithmConfig attributes.
-ENV_KEYS = ("env", "env_config", "tune_rl_candidate", "tune_rl_plugins")  # ours, not RLlib settings
-EPISODE_WINDOW_FILE = "tune_rl_episode_window.json"  # beside RLlib's state in an rllib/* checkpoint
 
 
 def rllib_algorithms() -> list[str]:
@@ -83,41 +79,6 @@ def resolve(trainable: str) -> str:
         raise UserError(f"unknown trainable {trainable!r}; did you mean {trainable.lower()!r}?")
     algorithm_name(trainable)
     return trainable
-
-
-def rllib_config(algo: str, config: dict[str, Any]) -> Any:
-    """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
-
-    Our callbacks count the finished episodes (tune_runner.trainables.rllib_episodes: the return we report),
-    `env_task_fn` becomes an `on_train_result` callback after it (RLlib 2.60 no longer calls it
-    itself; it then sees our return), and an env with action masks gets our masking RLModule.
-    """
-    from ray.rllib.algorithms.registry import _get_algorithm_class
-
-    from tune_runner.trainables import curriculum, masking, rllib_episodes
-
-    algo_config = _get_algorithm_class(algo).get_default_config()
-    env_config = env_config_of(config)
-    algo_config.environment(config["env"], env_config=env_config)
-    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN
-                                       and not k.startswith(ENV_CONFIG_PREFIX)}))
-    rllib_episodes.install(algo_config)
-    if config.get(TASK_FN):
-        rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
-    masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
-    return algo_config
-
-
-def nest(flat: dict[str, Any]) -> dict[str, Any]:
-    """`{"a.b": 1, "c": 2}` → `{"a": {"b": 1}, "c": 2}`."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def check_settings(trainable: str, keys: Iterable[str]) -> list[tuple[str, str]]:
@@ -228,7 +189,8 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
     if is_own(trainable):
         import dataclasses
 
-        from tune_runner.trainables.own import learner_classes, learner_settings
+        from tune_runner.trainables.own import learner_classes
+        from tune_runner.trainables.trial import learner_settings
 
         _, config_cls = learner_classes(trainable)
         settings = config_cls.from_dict(learner_settings(config))
@@ -236,6 +198,8 @@ def resolved_config(trainable: str, config: dict[str, Any]) -> dict[str, Any]:
         values["num_env_runners"] = config.get("num_env_runners", 0)
         values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    from tune_runner.trainables.rllib import rllib_config
+
     full = rllib_config(algorithm_name(trainable), config).to_dict()
     full.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})  # a callback in RLlib's config
     return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and keep(v)}
@@ -337,6 +301,8 @@ def _check_rllib_settings(algo: str, keys: Iterable[str]) -> list[tuple[str, str
 def _check_rllib_config(algo: str, config: dict[str, Any]) -> str | None:
     """RLlib's own validation of one concrete config; the problem's first line."""
     try:
+        from tune_runner.trainables.rllib import rllib_config
+
         rllib_config(algo, config).validate()
     except (ValueError, TypeError, UserError) as exc:
         return str(exc).strip().splitlines()[0]

@@ -9,12 +9,13 @@ hyperparameters are checked. Each distinct (env, env_config) is built once per p
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tune_runner.algos.config import MASK_KEYS, MASKED
 from tune_runner.errors import UserError
+from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -23,51 +24,9 @@ if TYPE_CHECKING:
     from tune_runner.spec.search_space import Param
     from tune_runner.trainables.catalog import Trains
 
-PREFIX = "env_config."  # a trial-config key `env_config.NAME` sets env_config["NAME"] (searched or fixed)
-MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
-MASK_KEYS = frozenset({"observations", "action_mask"})
 WORDS = {"Box": "continuous", "Discrete": "discrete"}  # how a hint names the kind of actions
 
 
-def env_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The env_config a trial config builds its env with: `env_config`, then its `env_config.NAME` keys."""
-    merged = dict(config.get("env_config") or {})
-    merged.update({key.removeprefix(PREFIX): value for key, value in config.items() if key.startswith(PREFIX)})
-    return merged
-
-
-@dataclass(frozen=True)
-class Spaces:
-    """The observation and action space of one built env."""
-
-    observation: gym.Space
-    action: gym.Space
-
-
-_BUILT: dict[tuple[str, str], tuple[Any, Spaces]] = {}  # (env, config) -> (its registration, its spaces)
-
-
-def env_spaces(env_id: str, env_config: Mapping[str, Any] | None = None) -> Spaces | None:
-    """The spaces of one `gymnasium.make(env_id, **env_config)`, closed after; None for an env that only
-    RLlib can make (a class path). The env's own exception propagates. Each distinct (env, config) is
-    built once per process, again only if the env was registered anew."""
-    import gymnasium as gym
-
-    if env_id not in gym.registry:  # registered with Ray Tune only: made a gymnasium id (needs Ray and torch)
-        from tune_runner.algos.common import ensure_gym_id
-
-        if not ensure_gym_id(env_id):  # gymnasium or Ray Tune registers it (preflight.check_env said so)
-            return None
-    key = (env_id, json.dumps(dict(env_config or {}), sort_keys=True, default=repr))
-    registered = gym.spec(env_id)
-    if key not in _BUILT or _BUILT[key][0] is not registered:
-        # Without gymnasium's checker: its warnings would add lines to a one-line refusal.
-        env = gym.make(env_id, disable_env_checker=True, **dict(env_config or {}))
-        try:
-            _BUILT[key] = registered, Spaces(env.observation_space, env.action_space)
-        finally:
-            env.close()
-    return _BUILT[key][1]
 
 
 def check_env(spec: ExperimentSpec, trainable: str) -> None:

@@ -24,8 +24,8 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from tune_runner.algos.config import MASK_KEYS
 from tune_runner.errors import UserError
-from tune_runner.trainables.env_check import MASK_KEYS
 
 MASKABLE = ("PPO", "DQN")  # algorithms whose default torch module we subclass
 
@@ -43,7 +43,7 @@ def inner_space(space: gym.Space | None) -> gym.Space | None:
 def env_observation_space(env_id: str, env_config: Mapping[str, Any] | None = None) -> gym.Space | None:
     """The env's observation space with this env_config (one instance per distinct config, shared with the
     pre-launch check); None for an env we cannot make (RLlib's own forms, a class path: left to RLlib)."""
-    from tune_runner.trainables.env_check import env_spaces
+    from tune_runner.trainables.trial import env_spaces
 
     spaces = env_spaces(env_id, env_config)
     return None if spaces is None else spaces.observation

@@ -151,7 +151,7 @@ class Oracle(tune.Trainable):
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        from tune_runner.trainables.own import write_atomically
+        from tune_runner.files import write_atomically
 
         # The hyperparameters in use travel with the state, as a learner's optimizer state carries its lr.
         state = {"level": self.level, "env_steps": self.env_steps, "rng": _rng_to_json(self.rng.getstate()),
@@ -181,7 +181,7 @@ class Oracle(tune.Trainable):
         """`cpus_per_trial` / `gpus_per_trial` from the config (1 CPU by default)."""
         from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-        from tune_runner.search.preflight import trainer_bundle
+        from tune_runner.trainables.trial import trainer_bundle
 
         return PlacementGroupFactory([trainer_bundle(config)])
 

@@ -17,11 +17,10 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
-from tune_runner.trainables.env_check import PREFIX, env_config_of
+from tune_runner.files import write_atomically
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.trial import env_config_of, learner_settings, trainer_bundle, trial_device, trial_threads
 
-# Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
-              "gpus_per_trial", "env_task_fn")
 CHECKPOINT_FILE = "learner.pkl"
 
 
@@ -30,14 +29,6 @@ def learner_classes(name: str) -> tuple[type, Any]:
     from tune_runner.trainables import agents
 
     return agents.agent_class(name), agents.config_class(name)
-
-
-def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The learner's part of a flat trial config: aliases renamed, dotted keys nested."""
-    from tune_runner.trainables.catalog import nest
-
-    flat = {ALIASES.get(k, k): v for k, v in config.items() if k not in TRIAL_KEYS and not k.startswith(PREFIX)}
-    return nest(flat)
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:
@@ -54,77 +45,6 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
     if runners and not agents.is_ours(name):
         return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
     return None
-
-
-def load_trial_plugins(config: dict[str, Any]) -> None:
-    """Import the plugin files the search named, in this (trial or rollout) process."""
-    plugins = config.get("tune_rl_plugins") or ()
-    shipped = [p.partition(":")[2] for p in plugins if p.startswith("module:")]  # to a joined cluster
-    for module in shipped:
-        import importlib
-
-        importlib.import_module(module)
-    paths = [p for p in plugins if not p.startswith("module:")]
-    if paths:
-        from tune_runner.plugins import load_plugins, ship_to_ray
-
-        load_plugins(paths)
-        ship_to_ray()  # RLlib's env runners look the env up in Ray Tune's registry
-
-
-def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:
-    """A learner for one trial config (rollout workers pass a seed offset)."""
-    from tune_runner.trainables import agents
-
-    load_trial_plugins(config)
-    settings = learner_settings(config)
-    if seed_offset:
-        settings["seed"] = int(settings.get("seed", 0)) + seed_offset
-    return agents.build(name, settings, env=config["env"], env_config=env_config_of(config), device=device)
-
-
-def trial_device() -> str:
-    """`cuda` when Ray gave this trial a GPU, else `cpu`."""
-    import ray
-
-    if not ray.is_initialized():  # a trainable built outside Ray (tests, notebooks)
-        return "cpu"
-    if not ray.get_gpu_ids():
-        return "cpu"
-    import torch
-
-    # Ray can hand out logical GPUs (num_gpus declared on a node without one): then train on the CPU.
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def trial_threads() -> int:
-    """Torch threads = the CPUs Ray assigned to this trial's process (at least 1)."""
-    import ray
-
-    if not ray.is_initialized():  # a trainable built outside Ray: get_runtime_context would start one
-        return 1
-    try:
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1
-    except Exception:  # noqa: BLE001 - a driver rather than a Ray worker
-        cpus = 1
-    return max(1, int(cpus))
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint."""
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"checkpoint not written to {path.parent} ({exc.strerror}); "
-                                 f"free disk space or point --storage elsewhere") from None
 
 
 def read_checkpoint(folder: Path) -> dict[str, Any]:
@@ -226,7 +146,6 @@ class OwnTrainable(tune.Trainable):
         """One bundle for the trainer, one CPU bundle per rollout worker (the seeds' layout)."""
         from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-        from tune_runner.search.preflight import trainer_bundle
 
         runners = int(config.get("num_env_runners", 0) or 0)
         return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)

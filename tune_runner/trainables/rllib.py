@@ -13,7 +13,10 @@ from typing import Any
 from ray import tune
 
 from tune_runner import metrics
-from tune_runner.trainables.catalog import EPISODE_WINDOW_FILE, rllib_config
+from tune_runner.trainables.curriculum import TASK_FN
+from tune_runner.trainables.trial import ENV_KEYS, PREFIX, env_config_of, load_trial_plugins, nest
+
+EPISODE_WINDOW_FILE = "tune_rl_episode_window.json"  # beside RLlib's state in an rllib/* checkpoint
 
 
 class RLlibTrainable(tune.Trainable):
@@ -22,8 +25,6 @@ class RLlibTrainable(tune.Trainable):
     algo_name = "PPO"
 
     def setup(self, config: dict[str, Any]) -> None:
-        from tune_runner.trainables.own import load_trial_plugins
-
         load_trial_plugins(config)  # a user's env registers itself with Tune (RLlib finds it there)
         self.algo = rllib_config(self.algo_name, config).build_algo()
         self._last: dict[str, float] = {}
@@ -114,3 +115,26 @@ class RLlibTrainable(tune.Trainable):
 
         return _get_algorithm_class(cls.algo_name).default_resource_request(
             rllib_config(cls.algo_name, config))
+
+
+def rllib_config(algo: str, config: dict[str, Any]) -> Any:
+    """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
+
+    Our callbacks count the finished episodes (tune_runner.trainables.rllib_episodes: the return we report),
+    `env_task_fn` becomes an `on_train_result` callback after it (RLlib 2.60 no longer calls it
+    itself; it then sees our return), and an env with action masks gets our masking RLModule.
+    """
+    from ray.rllib.algorithms.registry import _get_algorithm_class
+
+    from tune_runner.trainables import curriculum, masking, rllib_episodes
+
+    algo_config = _get_algorithm_class(algo).get_default_config()
+    env_config = env_config_of(config)
+    algo_config.environment(config["env"], env_config=env_config)
+    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN
+                                       and not k.startswith(PREFIX)}))
+    rllib_episodes.install(algo_config)
+    if config.get(TASK_FN):
+        rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
+    masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
+    return algo_config

@@ -23,8 +23,8 @@ import numpy as np
 import ray
 
 from tune_runner.algos.learner import OwnLearner
-from tune_runner.trainables.env_check import env_config_of
-from tune_runner.trainables.own import build_learner
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.trial import env_config_of
 
 Gather = Callable[..., list[dict]]
 """`gather(weights=, num_steps=, env_steps=)`: every worker's `worker_sample` batch."""
@@ -50,7 +50,7 @@ class SharedReplay:
     """DQN's replay memory shared by a trial's workers (they add) and its trainer (it draws minibatches)."""
 
     def __init__(self, capacity: int, fields: dict, seed: int) -> None:
-        from tune_runner.algos import ReplayBuffer
+        from tune_runner.algos.replay import ReplayBuffer
 
         self.buffer = ReplayBuffer(capacity, fields=fields)
         self.rng = np.random.default_rng(seed)
