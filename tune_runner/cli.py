@@ -466,7 +466,7 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     analysis.parse_scope(args.scope)
     for flag in ("reevaluate", "seeds", "num_cpus"):  # the flags first: they need no experiment to be wrong
         _positive("--" + flag.replace("_", "-"), getattr(args, flag))
-    tracked = _tracked_search(args, out)  # runs:/<id> or --mlflow-uri: the search from its tracking store
+    tracked = _tracked_search(args)  # runs:/<id> or --mlflow-uri: the search from its tracking store
     if tracked is None:
         path = analysis.experiment_path(args.experiment, storage=args.storage)
         spec, loaded, name = _saved_spec(path), analysis.read(path), path.name  # Tune's files, without Ray
@@ -474,6 +474,9 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
         path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
     best, judged = analysis.select(spec, loaded, metric=args.metric, mode=args.mode, scope=args.scope)
     metric, mode = judged.metric, judged.mode
+    if tracked is not None:  # which search, once it is sure to be read (a name may pick the newest of several)
+        print(f"search     {tracked.name}  (MLflow run {tracked.run_id}, {tracked.shown_uri})",
+              file=err_or_out(args, out))
     verdict = None
     if args.reevaluate and path is not None:
         from tune_runner.robust import scope
@@ -496,7 +499,7 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     return ExitStatus.OK
 
 
-def _tracked_search(args: argparse.Namespace, out: TextIO) -> Any:
+def _tracked_search(args: argparse.Namespace) -> Any:
     """The search `tune-rl best` reads from MLflow (a runs:/ reference, or any name with --mlflow-uri), or
     None to read a results folder. The flags that need the folder are refused first."""
     from tune_runner import paths, tracked
@@ -510,9 +513,7 @@ def _tracked_search(args: argparse.Namespace, out: TextIO) -> Any:
         raise UserError(f"--reevaluate {args.reevaluate}: re-trains from the search's results folder and writes "
                         f"its verdict there; MLflow holds neither; run tune-rl best <the search's folder> "
                         f"--reevaluate {args.reevaluate}")
-    search = tracked.read(args.experiment, uri=args.mlflow_uri or paths.default_mlflow_uri(), metric=args.metric)
-    print(f"search     {search.name}  (MLflow run {search.run_id}, {search.shown_uri})", file=err_or_out(args, out))
-    return search
+    return tracked.read(args.experiment, uri=args.mlflow_uri or paths.default_mlflow_uri(), metric=args.metric)
 
 
 def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespace, out: TextIO) -> Any:

@@ -69,6 +69,8 @@ def read(ref: str, *, uri: str, metric: str | None = None) -> TrackedSearch:
     """The search `ref` names in the store at `uri`: `runs:/<parent run id>`, or a name (a search's run
     name, which is its folder name; else an MLflow experiment, whose newest search is taken). `metric`
     (default: the spec's) is the one whose histories are fetched for the selection."""
+    if is_reference(ref):
+        _run_id(ref)  # a malformed reference is wrong whatever the store
     check_store(uri)
     client = _client(uri)
     run = _parent_by_id(client, ref, uri) if is_reference(ref) else _parent_by_name(client, ref, uri)
@@ -124,10 +126,7 @@ def _client(uri: str) -> Any:
 def _parent_by_id(client: Any, ref: str, uri: str) -> Any:
     from mlflow.exceptions import MlflowException
 
-    run_id = ref.removeprefix(PREFIX).strip("/")
-    if not run_id or "/" in run_id:
-        raise UserError(f"experiment {ref}: expected runs:/<parent run id> (a run, not an artifact in it), e.g. "
-                        f"runs:/{run_id.split('/')[0] or '7cb80606483e4a0a8be1577c56cd1f5f'}")
+    run_id = _run_id(ref)
     try:
         run = client.get_run(run_id)
     except MlflowException as exc:
@@ -144,6 +143,14 @@ def _parent_by_id(client: Any, ref: str, uri: str) -> Any:
         raise UserError(f"experiment {ref}: not the parent run of a tune-rl search (no tune_rl.space tag); give "
                         f"the run tune-rl search printed on its mlflow line")
     return run
+
+
+def _run_id(ref: str) -> str:
+    run_id = ref.removeprefix(PREFIX).strip("/")
+    if not run_id or "/" in run_id:
+        raise UserError(f"experiment {ref}: expected runs:/<parent run id> (a run, not an artifact in it), e.g. "
+                        f"runs:/{run_id.split('/')[0] or '7cb80606483e4a0a8be1577c56cd1f5f'}")
+    return run_id
 
 
 def _parent_by_name(client: Any, name: str, uri: str) -> Any:
