@@ -283,3 +283,89 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     client.set_terminated(parent, status="FINISHED")
     return {"spec": spec, "experiment_id": exp_id, "parent": parent, "trials": trials, "best": best,
             "client": client}
+
+
+# A finished ppo_small search written by hand, as Ray Tune leaves it (tests/test_best_mlflow.py): with
+# the space's stop_at 475, `best` picks a different trial under each scope. trial id -> returns per
+# 25k env steps; its searched values.
+RETURNS = {"h_00000": [100.0, 200.0, 300.0, 300.0, 300.0, 300.0],    # avg-last-3: 300
+           "h_00001": [100.0, 490.0, 200.0, 150.0, 120.0, 100.0],    # max: 490; last with --mode min
+           "h_00002": [50.0, 60.0, 70.0, 80.0, 90.0, 400.0],         # the best last value that did not solve
+           "h_00003": [100.0, 476.0],                                # last: solved soonest (stop_at 475)
+           "h_00004": [100.0, 490.0, 200.0, 150.0, 120.0, 100.0]}    # ties h_00001: the first trial wins
+SEARCHED = {"h_00000": {"lr": 0.0021234567890123456, "num_epochs": 4, "minibatch_size": 512, "gamma": 0.99,
+                        "lambda_": 0.9012345678901234, "fcnet_hiddens": [64, 64]},
+            "h_00001": {"lr": 0.0049876543210987654, "num_epochs": 6, "minibatch_size": 1024, "gamma": 0.995,
+                        "lambda_": 0.9487654321098765, "fcnet_hiddens": [128]},
+            "h_00002": {"lr": 0.003, "num_epochs": 5, "minibatch_size": 1024, "gamma": 0.99,
+                        "lambda_": 0.93, "fcnet_hiddens": [64, 64]},
+            "h_00003": {"lr": 0.0033333333333333335, "num_epochs": 4, "minibatch_size": 512, "gamma": 0.995,
+                        "lambda_": 0.9111111111111111, "fcnet_hiddens": [128]},
+            "h_00004": {"lr": 0.004, "num_epochs": 6, "minibatch_size": 1024, "gamma": 0.995,
+                        "lambda_": 0.94, "fcnet_hiddens": [128]}}
+
+
+def hand_spec(*, scheduler: str = "asha") -> Any:
+    """ppo_small with a list-valued choice too (fcnet_hiddens), as a search validates it."""
+    import yaml
+
+    from tune_runner.spec.experiment import build_spec, shipped_spaces
+
+    raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
+    backend = raw.pop("backends")["ppo"]
+    raw["fixed"] = {**raw["fixed"], **backend["fixed"]}
+    raw["space"]["fcnet_hiddens"] = {"choice": [[64, 64], [128]]}
+    raw["scheduler"] = {"name": scheduler}
+    return build_spec(raw, name="ppo_small", source=str(shipped_spaces()["ppo_small"]), sha256="ab" * 32)
+
+
+def write_search_folder(folder: Path, spec: Any) -> None:
+    """A finished search's folder: Tune's experiment state, a result.json and a checkpoint per trial,
+    tune_rl_spec.yaml; what tune_runner.results reads."""
+    import json
+
+    import yaml
+
+    from tune_runner.search.resume import SPEC_FILE
+
+    trial_data = []
+    for trial_id, returns in RETURNS.items():
+        config = {"env": spec.env, "env_config": {}, **spec.fixed, **SEARCHED[trial_id]}
+        rows = [{"episode_return_mean": r, "episode_len_mean": r, "env_steps": 25_000 * (k + 1),
+                 "training_iteration": k + 1, "done": k == len(returns) - 1, "trial_id": trial_id,
+                 "config": config} for k, r in enumerate(returns)]
+        trial = folder / f"OwnPPO_{trial_id}"
+        (trial / f"checkpoint_{len(rows):06d}").mkdir(parents=True)
+        (trial / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        summary = {"max": max(returns), "min": min(returns), "avg": sum(returns) / len(returns), "last": returns[-1],
+                   "last-5-avg": sum(returns[-5:]) / len(returns[-5:]),
+                   "last-10-avg": sum(returns[-10:]) / len(returns[-10:])}
+        trial_data.append([json.dumps({"trial_id": trial_id, "status": "TERMINATED", "relative_logdir": trial.name,
+                                       "config": config}),
+                           json.dumps({"last_result": rows[-1], "metric_analysis": {"episode_return_mean": summary}})])
+    (folder / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": trial_data}))
+    (folder / SPEC_FILE).write_text(yaml.safe_dump(spec.as_dict(), sort_keys=False))
+
+
+def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
+    """The MLflow records a search of `folder`'s trials leaves, written by tune-rl's own logging code
+    (runner._open_parent, tracking.MlflowTracking's hooks fed with every result); the parent run id."""
+    from tune_runner.results import trials as results
+    from tune_runner.search import runner
+    from tune_runner.tracking import callback as tracking
+
+    loaded = results.read(folder)
+    client = tracking.client(uri)
+    exp_id = tracking.experiment_id(client, spec.name, uri)
+    parent = runner._open_parent(client, exp_id, spec, folder.name, folder, search_id="cd" * 16)
+    callback = tracking.MlflowTracking(uri=uri, experiment_id=exp_id, parent_run_id=parent,
+                                       logged_keys=tuple(spec.fixed) + spec.searched, ending=spec.ending)
+    for trial in loaded.trials:
+        callback.on_trial_start(0, loaded.trials, trial)
+    for trial in loaded.trials:
+        for row in loaded.rows(trial.trial_id):
+            callback.on_trial_result(0, loaded.trials, trial, row)
+        callback.on_trial_complete(0, loaded.trials, trial)
+    client.set_tag(parent, "tune_rl.status", "finished")
+    client.set_terminated(parent, status="FINISHED")
+    return parent

@@ -75,6 +75,23 @@ def test_bad_space_file(path, cli, untouched):
     (["serch"], ["invalid choice: 'serch'"]),
     (["best", "no-such-experiment"], ["experiment 'no-such-experiment'"]),
     (["best", "x", "--scope", "avg-last-x"], ["--scope avg-last-x: expected last | max | avg-last-N"]),
+    # best from MLflow (tests/test_best_mlflow.py): the store is checked before it is read, and never created
+    (["best", "runs:/abc", "--mlflow-uri", "http://127.0.0.1:9"],
+     ["--mlflow-uri http://127.0.0.1:9: MLflow server unreachable", "start it (mlflow server) or fix the address"]),
+    (["best", "runs:/abc", "--mlflow-uri", "sqlite:///store/mlflow.db"],
+     ["--mlflow-uri sqlite:///store/mlflow.db: no such file; give the store the search logged to"]),
+    (["best", "runs:/abc"], ["/mlflow.db: no such file; give the store the search logged to"]),  # the default one
+    (["best", "x", "--mlflow-uri", "file:///nonexistent/mlruns"],
+     ["--mlflow-uri file:///nonexistent/mlruns: no such folder; give the store the search logged to"]),
+    (["best", "runs:/abc", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs' / 'bad_mode.yaml'}"],
+     ["bad_mode.yaml is not an SQLite database (file is not a database); give the store the search logged to"]),
+    (["best", "runs:/abc/best.yaml"],
+     ["experiment runs:/abc/best.yaml: expected runs:/<parent run id> (a run, not an artifact in it), e.g. runs:/abc"]),
+    (["best", "runs:/abc", "--reevaluate", "2"],
+     ["--reevaluate 2: re-trains from the search's results folder and writes its verdict there; MLflow holds "
+      "neither; run tune-rl best <the search's folder> --reevaluate 2"]),
+    (["best", "runs:/abc", "--storage", "/tmp"],
+     ["--storage /tmp: names where results folders are; runs:/abc is read from MLflow", "drop --storage"]),
     (["train", "--config", "missing.yaml"], ["missing.yaml: cannot read"]),
     # --storage: refused before Ray starts, with the OS's reason (a real write is tried: root passes permission bits)
     (["search", "--space", "oracle", "--storage", "/etc/hostname/results"],
@@ -391,3 +408,61 @@ def test_bad_saved_state(case, cli, _isolated_home, monkeypatch, untouched):
     assert_one_line_error(result, str(named), expected(case))
     assert started == []  # runner.run, where a resume starts Ray and opens MLflow runs, was not reached
     untouched.check(["--mlflow-uri", saved.mlflow_uri])
+
+
+@pytest.fixture(scope="module")
+def searches(tmp_path_factory):
+    """A real MLflow store holding a finished search, a population-based one, one logged before the
+    spec was, a run that is not tune-rl's and an experiment without a search."""
+    from tests.mlflow_helpers import hand_spec, log_folder_search, write_search_folder
+    from tune_runner.search import runner
+    from tune_runner.tracking import callback as tracking
+
+    root = tmp_path_factory.mktemp("best-refusals")
+    uri, spec = f"sqlite:///{root / 'mlflow.db'}", hand_spec()
+    write_search_folder(root / "done", spec)
+    parent = log_folder_search(uri, root / "done", spec)
+    client = tracking.client(uri)
+    exp_id = tracking.experiment_id(client, spec.name, uri)
+    child = tracking.children(client, exp_id, parent)["h_00000"]
+    pbt = runner._open_parent(client, exp_id, hand_spec(scheduler="pbt"), "pbt-search", root / "pbt-search")
+    old = client.create_run(exp_id, run_name="old-search", tags={"tune_rl.space": spec.name,
+                                                                 "tune_rl.experiment_path": "/data/old-search"})
+    plain = client.create_run(client.create_experiment("other"), run_name="notebook")
+    client.create_experiment("empty")
+    return {"uri": uri, "parent": parent, "child": child, "pbt": pbt, "old": old.info.run_id,
+            "plain": plain.info.run_id, "store": root / "mlflow.db"}
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["best", "runs:/0123abcd", "--mlflow-uri", "{uri}"],
+     "experiment runs:/0123abcd: no such run in {uri}; check the id (tune-rl search prints its parent run on its "
+     "mlflow line) and --mlflow-uri"),
+    (["best", "runs:/{child}", "--mlflow-uri", "{uri}"],
+     "experiment runs:/{child}: the run of trial h_00000, not a search's parent run; give its parent: runs:/{parent}"),
+    (["best", "runs:/{plain}", "--mlflow-uri", "{uri}"],
+     "experiment runs:/{plain}: not the parent run of a tune-rl search (no tune_rl.space tag); give the run tune-rl "
+     "search printed on its mlflow line"),
+    (["best", "runs:/{old}", "--mlflow-uri", "{uri}"],
+     "experiment runs:/{old}: search old-search logged no tune_rl_spec.yaml (it started before tune-rl logged the "
+     "spec there); read it from its results folder: tune-rl best /data/old-search"),
+    (["best", "runs:/{pbt}", "--mlflow-uri", "{uri}"],
+     "experiment runs:/{pbt}: search pbt-search ran scheduler pbt, whose trials change config as they go, and MLflow "
+     "holds only each trial's first; read it from its results folder: tune-rl best "),
+    (["best", "empty", "--mlflow-uri", "{uri}"],
+     "experiment empty: the MLflow experiment holds no tune-rl search in {uri}; give the experiment tune-rl search "
+     "logged to (the space's name) or runs:/<parent run id>"),
+    (["best", "ppo_smal", "--mlflow-uri", "{uri}"],
+     "experiment ppo_smal: no search's run and no MLflow experiment of that name in {uri} (unknown experiment "
+     "'ppo_smal'; did you mean 'ppo_small'?"),
+    (["best", "runs:/{parent}", "--mlflow-uri", "{uri}", "--metric", "episode_retrun_mean"],
+     "--metric episode_retrun_mean: no trial reported it; unknown metric 'episode_retrun_mean'; did you mean "
+     "'episode_return_mean'?"),
+])
+def test_bad_best_from_mlflow(argv, fragment, searches, cli, untouched):
+    store = searches["store"]
+    before = (store.stat().st_mtime_ns, store.stat().st_size)
+    result = cli(*(word.format(**searches) for word in argv))
+    assert_one_line_error(result, fragment.format(**searches))
+    untouched.check()  # no file here, no Ray
+    assert (store.stat().st_mtime_ns, store.stat().st_size) == before, "the store was written to"

@@ -118,7 +118,7 @@ def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
                 else list(range(500, 5001, 500))
             assert sorted(m.step for m in history) == expected, (name, kid.info.run_name)
         assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
-            "best.yaml", "learning_curves.png", "trials.csv"}
+            "best.yaml", "learning_curves.png", "trials.csv", "tune_rl_spec.yaml"}
         png = Path(client.download_artifacts(parent.info.run_id, "learning_curves.png", str(tmp_path / name)))
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The runs are in PostgreSQL, the artifacts in the server's artifact root.

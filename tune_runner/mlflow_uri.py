@@ -26,6 +26,7 @@ DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}  # mssql's host may be an OD
 # Driver modules whose pip package has another name (the others install under the module's name).
 DRIVER_PACKAGES = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
 CONNECT_TIMEOUT_S = 5  # a database that has not answered by then will not answer MLflow either
+MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
 CREDENTIAL_HINT = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN"
 
 
@@ -225,6 +226,17 @@ def redacted(uri: str) -> str:
     if netloc == parts.netloc and query == parts.query:
         return uri
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def flat_params(values: dict[str, Any]) -> dict[str, str]:
+    """Params as MLflow strings; nested dicts become dotted keys."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in flat_params(value).items()})
+        else:
+            out[key] = str(value)[:MAX_PARAM_LENGTH]
+    return out
 
 
 def artifact_location(uri: str) -> str | None:

@@ -179,13 +179,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     scheds_sub.add_parser("list", help="presets with their descriptions")
 
     best = sub.add_parser("best", help="select the best trial of an experiment and export it")
-    best.add_argument("experiment", help="an experiment name (under --storage) or folder path")
+    best.add_argument("experiment", help="an experiment name (under --storage) or folder path; or "
+                                          "runs:/<parent run id> of a search in MLflow (see --mlflow-uri)")
     best.add_argument("--metric", help="metric to rank by (default: the space's metric)")
     best.add_argument("--mode", choices=("max", "min"), help="max or min (default: the space's mode)")
     best.add_argument("--scope", default="last", help="last | max | avg-last-N (default: last)")
     best.add_argument("--export", type=Path, metavar="FILE", help="write the best config bundle to FILE (YAML)")
     best.add_argument("--json", action="store_true", help="print the best config as JSON on stdout")
     best.add_argument("--storage", type=_storage, help=STORAGE_HELP)
+    best.add_argument("--mlflow-uri", metavar="URI",
+                      help="read the search from this MLflow store, not its results folder: EXPERIMENT is then "
+                           "runs:/<parent run id>, the search's name, or an MLflow experiment (its newest "
+                           "search); runs:/ alone reads the default store")
     best.add_argument("--reevaluate", type=int, metavar="K",
                       help="re-train the top K configs on fresh seeds and pick the best interquartile mean")
     best.add_argument("--seeds", type=int, metavar="N", help="seeds per re-trained config (default 3)")
@@ -461,18 +466,19 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     analysis.parse_scope(args.scope)
     for flag in ("reevaluate", "seeds", "num_cpus"):  # the flags first: they need no experiment to be wrong
         _positive("--" + flag.replace("_", "-"), getattr(args, flag))
-    path = analysis.experiment_path(args.experiment, storage=args.storage)
-    spec = _saved_spec(path)
-    metric, mode = args.metric or spec.metric, args.mode or spec.mode
-    loaded = analysis.read(path)  # Tune's files, without importing Ray
-    judged = spec
-    if (metric, mode) != (spec.metric, spec.mode):  # stop_at is a value of the space's own metric
-        from dataclasses import replace
-
-        judged = replace(spec, metric=metric, mode=mode, stop_at=None)
-    best = analysis.best_trial(loaded, metric=metric, mode=mode, scope=args.scope, reached=judged.reached)
+    tracked = _tracked_search(args)  # runs:/<id> or --mlflow-uri: the search from its tracking store
+    if tracked is None:
+        path = analysis.experiment_path(args.experiment, storage=args.storage)
+        spec, loaded, name = _saved_spec(path), analysis.read(path), path.name  # Tune's files, without Ray
+    else:
+        path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
+    best, judged = analysis.select(spec, loaded, metric=args.metric, mode=args.mode, scope=args.scope)
+    metric, mode = judged.metric, judged.mode
+    if tracked is not None:  # which search, once it is sure to be read (a name may pick the newest of several)
+        print(f"search     {tracked.name}  (MLflow run {tracked.run_id}, {tracked.shown_uri})",
+              file=err_or_out(args, out))
     verdict = None
-    if args.reevaluate:
+    if args.reevaluate and path is not None:
         from tune_runner.results.robust import scope
 
         verdict = _reevaluate_best(judged, loaded, path, args, out)
@@ -486,9 +492,29 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
         print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({best.scope}, {mode})", file=out)
         print(f"config     {fmt_config(best.config, shown)}", file=out)
     if args.export:
-        written = export.write(export.bundle(spec, best, experiment=path.name, verdict=verdict), args.export)
+        origin = None if tracked is None else {"mlflow_run": tracked.reference, "mlflow_uri": tracked.shown_uri}
+        written = export.write(export.bundle(spec, best, experiment=name, verdict=verdict, origin=origin),
+                               args.export)
         print(f"exported   {written}", file=err_or_out(args, out))
     return ExitStatus.OK
+
+
+def _tracked_search(args: argparse.Namespace) -> Any:
+    """The search `tune-rl best` reads from MLflow (a runs:/ reference, or any name with --mlflow-uri), or
+    None to read a results folder. The flags that need the folder are refused first."""
+    from tune_runner import paths
+    from tune_runner.results import tracked
+
+    if not (tracked.is_reference(args.experiment) or args.mlflow_uri):
+        return None
+    if args.storage is not None:
+        raise UserError(f"--storage {args.storage}: names where results folders are; {args.experiment} is read from "
+                        f"MLflow (runs:/ or --mlflow-uri); drop --storage, or drop --mlflow-uri to read the folder")
+    if args.reevaluate:
+        raise UserError(f"--reevaluate {args.reevaluate}: re-trains from the search's results folder and writes "
+                        f"its verdict there; MLflow holds neither; run tune-rl best <the search's folder> "
+                        f"--reevaluate {args.reevaluate}")
+    return tracked.read(args.experiment, uri=args.mlflow_uri or paths.default_mlflow_uri(), metric=args.metric)
 
 
 def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespace, out: TextIO) -> Any:

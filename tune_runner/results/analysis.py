@@ -232,6 +232,19 @@ def best_trial(analysis: Any, *, metric: str, mode: str, scope: str = "last",
                 trial_path=str(chosen.path))
 
 
+def select(spec: Any, loaded: Any, *, metric: str | None = None, mode: str | None = None,
+           scope: str = "last") -> tuple[Best, Any]:
+    """`tune-rl best`'s selection over a search's trials (from its folder or its MLflow runs): the best
+    trial by `metric` and `mode` (default: the spec's) under `scope`, and the spec it was judged by
+    (without stop_at when ranked by another metric or mode: stop_at is a value of the space's own)."""
+    from dataclasses import replace
+
+    metric, mode = metric or spec.metric, mode or spec.mode
+    judged = spec if (metric, mode) == (spec.metric, spec.mode) else replace(spec, metric=metric, mode=mode,
+                                                                             stop_at=None)
+    return best_trial(loaded, metric=metric, mode=mode, scope=scope, reached=judged.reached), judged
+
+
 class _Scores(dict):
     """trial id -> score under the scope, each computed when first asked for (a history is a file to read)."""
 

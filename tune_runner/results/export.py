@@ -18,11 +18,13 @@ KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metr
 ENV_KEYS = ("env", "env_config", "tune_rl_candidate")
 
 
-def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None) -> dict[str, Any]:
+def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None,
+           origin: dict[str, str] | None = None) -> dict[str, Any]:
     """The exported mapping, standing on its own: what to run (trainable, env, the config and every
     value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
     re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
-    for `tune-rl evaluate`, versions, commit)."""
+    for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
+    (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
     from tune_runner.results.analysis import last_checkpoint
     from tune_runner.trainables.catalog import resolved_config
     from tune_runner.trainables.trial import PREFIX, env_config_of
@@ -53,8 +55,9 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         "evaluation": _plain(evaluation),
         "result": _plain({**result, "score": best.value, "scope": best.scope}),
         "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
-                   "space_file": spec.source, "space_sha256": spec.source_sha256},
-        "checkpoint": str(checkpoint.resolve()) if (checkpoint := last_checkpoint(best.trial_path)) else None,
+                   "space_file": spec.source, "space_sha256": spec.source_sha256, **(origin or {})},
+        "checkpoint": str(checkpoint.resolve()) if best.trial_path and (checkpoint := last_checkpoint(
+            best.trial_path)) else None,
         "versions": versions(),
     }
 

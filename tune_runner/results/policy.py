@@ -179,6 +179,11 @@ def _from_bundle(path: Path) -> Policy:
         raise UserError(f"{path}: not a best-config bundle (no tune_rl_format key); {EXPECTED}")
     export.check_bundle(raw, path)
     checkpoint = raw.get("checkpoint")
+    logged = (raw.get("source") or {}).get("mlflow_run")
+    if not checkpoint and logged:  # tune-rl best runs:/<id>: MLflow holds no trial checkpoints
+        raise UserError(f"{path}: checkpoint: null, exported from MLflow ({logged}), which holds no trial "
+                        f"checkpoints; export from the search's results folder (tune-rl best EXPERIMENT --export "
+                        f"FILE), or pass a checkpoint folder")
     if not checkpoint:
         raise UserError(f"{path}: checkpoint: missing (exported by an older tune-rl, or the trial saved none); "
                         f"export again with tune-rl best EXPERIMENT --export FILE, or pass a checkpoint folder")

@@ -145,14 +145,20 @@ def read_spec(folder: Path) -> ExperimentSpec:
         raise UserError(f"{folder}: not a tune-rl search folder (no {SPEC_FILE}); give a folder tune-rl search "
                         f"wrote, or its name under --storage")
     raw = files.read_yaml(path, expected="the search's saved spec (YAML)", fix=SPEC_FIX)
+    return saved_spec(raw, where=str(path), fix=SPEC_FIX)
+
+
+def saved_spec(raw: Any, *, where: str, fix: str) -> ExperimentSpec:
+    """A saved spec's mapping (the folder's tune_rl_spec.yaml, or the same artifact of the MLflow parent
+    run) as the spec; `where` names it and `fix` says what to do in the one line when it does not load."""
     if not isinstance(raw, dict) or not all(_text(raw.get(k)) for k in ("name", "source")):
-        raise UserError(f"{path}: expected the search's saved spec (a mapping with name, source, trainable, env, "
-                        f"...), got {files.short(raw)}; {SPEC_FIX}")
+        raise UserError(f"{where}: expected the search's saved spec (a mapping with name, source, trainable, env, "
+                        f"...), got {files.short(raw)}; {fix}")
     fields = {k: v for k, v in raw.items() if k not in ("name", "source", "source_sha256")}
     try:
         return build_spec(fields, name=raw["name"], source=raw["source"], sha256=str(raw.get("source_sha256", "")))
     except UserError as exc:
-        raise UserError(f"{path}: the saved spec does not load ({exc}); {SPEC_FIX}") from None
+        raise UserError(f"{where}: the saved spec does not load ({exc}); {fix}") from None
 
 
 def read_run(folder: Path) -> dict[str, Any] | None:

@@ -280,6 +280,7 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
         mlflow.update_run(parent, status="RUNNING")
         mlflow.set_tag(parent, "tune_rl.status", "running")
         print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
+        log_spec(mlflow, parent, spec)  # a search started before the spec was logged gets it now
     else:
         parent = _open_parent(mlflow, exp_id, spec, exp_path.name, exp_path, search_id=options.search_id)
     logged = tuple(spec.fixed) + spec.searched
@@ -445,7 +446,16 @@ def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_
               "metric": spec.metric, "mode": spec.mode}
     params.update({f"space.{p.name}": p.describe() for p in spec.space})
     mlflow.log_batch(run.info.run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
+    log_spec(mlflow, run.info.run_id, spec)
     return run.info.run_id
+
+
+def log_spec(mlflow: Any, parent: str, spec: ExperimentSpec) -> None:
+    """The search's validated spec as an artifact of its parent run, the same YAML as the folder's
+    tune_rl_spec.yaml: what `tune-rl best runs:/<parent>` rebuilds the search from, without the folder."""
+    import yaml
+
+    mlflow.log_text(parent, yaml.safe_dump(spec.as_dict(), sort_keys=False), resume.SPEC_FILE)
 
 
 def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcome) -> None:

@@ -15,14 +15,21 @@ from typing import Any
 from ray.tune import Callback
 
 # client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
-from tune_runner.mlflow_uri import artifact_location, client, find_parent, tag_filter  # noqa: F401
+# flat_params too (tune_runner.tracked types a trial's params back with it)
+from tune_runner.mlflow_uri import (  # noqa: F401
+    MAX_PARAM_LENGTH,
+    artifact_location,
+    client,
+    find_parent,
+    flat_params,
+    tag_filter,
+)
 
 # Tune's bookkeeping keys: not worth a metric curve each.
 NOT_METRICS = frozenset({
     "timestamp", "pid", "time_this_iter_s", "iterations_since_restore", "time_since_restore",
     "done", "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name",
     "should_checkpoint", "env_steps", "node_id"})
-MAX_PARAM_LENGTH = 500  # MLflow's limit on a param value in older stores
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
@@ -42,17 +49,6 @@ def experiment_id(mlflow: Any, name: str, uri: str) -> str:
         if found is None:
             raise
         return found.experiment_id
-
-
-def flat_params(values: dict[str, Any]) -> dict[str, str]:
-    """Params as MLflow strings; nested dicts become dotted keys."""
-    out: dict[str, str] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            out.update({f"{key}.{k}": v for k, v in flat_params(value).items()})
-        else:
-            out[key] = str(value)[:MAX_PARAM_LENGTH]
-    return out
 
 
 def metrics_of(result: dict[str, Any], *, step: int, now_ms: int) -> list[Any]:
