@@ -10,13 +10,11 @@ import yaml
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import best_trial, ranked
 from tune_runner.results.robust import (
-    CANDIDATE_KEY,
     Candidate,
     Evaluated,
     SeedRun,
     Target,
     Verdict,
-    _seed_runs,
     bootstrap_ci,
     candidates,
     describe,
@@ -31,6 +29,7 @@ from tune_runner.results.robust import (
     target_of,
 )
 from tune_runner.search import verify
+from tune_runner.search.reevaluate import CANDIDATE_KEY, _seed_runs
 from tune_runner.spec.experiment import load_spec
 
 

@@ -521,6 +521,7 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
     from datetime import datetime
 
     from tune_runner.results import robust
+    from tune_runner.search.reevaluate import reevaluate
     from tune_runner.search import runner
 
     runner.quiet_logs(verbose=False)
@@ -530,7 +531,7 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
         raise UserError(f"--reevaluate {args.reevaluate}: no finished trial of {path.name} reported {metric}")
     runner.ensure_ray(num_cpus=args.num_cpus, verbose=False)
     shown = err_or_out(args, out)
-    verdict = robust.reevaluate(spec, picks, seeds=args.seeds or robust.DEFAULT_SEEDS, storage=path,
+    verdict = reevaluate(spec, picks, seeds=args.seeds or robust.DEFAULT_SEEDS, storage=path,
                                 name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=shown)
     for line in robust.describe(verdict, metric=metric):
         print(f"robust     {line}", file=shown)

@@ -18,8 +18,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from ray.tune import Stopper
-
 from tune_runner import mlflow_uri, storage
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import analysis, export
@@ -33,6 +31,7 @@ from tune_runner.search.preflight import (  # noqa: F401 - prepare and Prepared 
     prepare,
     with_trial_resources,
 )
+from tune_runner.search.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import callback as tracking
 
@@ -362,19 +361,6 @@ def checkpoints_to_keep(prepared: Prepared) -> int:
     return 20 if prepared.population else 2
 
 
-class BudgetStopper(Stopper):
-    """Ends a trial at the env-step budget, or once it reaches the space's `stop_at`."""
-
-    def __init__(self, spec: ExperimentSpec) -> None:
-        self.spec = spec
-
-    def __call__(self, trial_id: str, result: dict) -> bool:
-        return int(result.get("env_steps", 0)) >= self.spec.budget_env_steps or self.spec.reached(result)
-
-    def stop_all(self) -> bool:
-        return False
-
-
 def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *,
             audit: str | None = None, out: TextIO | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
@@ -406,6 +392,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
 def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunOptions, out: TextIO) -> Any:
     """The automatic robust-best stage (tune_runner.results.robust), or None when it does not apply."""
     from tune_runner.results import robust
+    from tune_runner.search.reevaluate import reevaluate
 
     settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
     top, seeds = options.top or settings.get("top"), options.seeds or settings.get("seeds")
@@ -417,7 +404,7 @@ def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunO
               f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
               file=out, flush=True)
         return None
-    verdict = robust.reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
+    verdict = reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
     from tune_runner.results.report import save_verdict
 
     save_verdict(verdict, exp_path, metric=spec.metric)

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import robust
+from tune_runner.search import reevaluate
 from tune_runner.spec.experiment import ExperimentSpec
 
 
@@ -117,14 +118,14 @@ def load(path: Path) -> Bundle:
     score = evaluation.get("iqm", 0)
     pick = robust.Candidate(str(source.get("trial_id", "bundle")), dict(spec.fixed),
                             float(score) if isinstance(score, (int, float)) else 0.0)
-    return Bundle(spec, pick, said, max(used, default=robust.SEED_BASE - 1) + 1)
+    return Bundle(spec, pick, said, max(used, default=reevaluate.SEED_BASE - 1) + 1)
 
 
 def run(bundle: Bundle, *, seeds: int, storage: Path, out: TextIO) -> ExitStatus:
     """Re-train the bundle's config on `seeds` seeds it has not seen (on the Ray already up) and judge it."""
     from datetime import datetime
 
-    verdict = robust.reevaluate(bundle.spec, [bundle.pick], seeds=seeds, storage=storage,
+    verdict = reevaluate.reevaluate(bundle.spec, [bundle.pick], seeds=seeds, storage=storage,
                                 name=f"verify-{bundle.spec.name}-{datetime.now():%Y%m%d-%H%M%S}", out=out,
                                 first_seed=bundle.first_seed)
     holds, line = judge(bundle.said, verdict.winner)
