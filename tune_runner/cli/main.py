@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tune_runner import __version__
+from tune_runner.cli.options import check_run_flags, positive, run_options
 from tune_runner.errors import ExitStatus, UserError, closest
 
 
@@ -282,52 +283,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return ExitStatus.ERROR
 
 
-def _run_options(args: argparse.Namespace, **extra: Any) -> Any:
-    from tune_runner import paths
-
-    address = _check_run_flags(args)
-    from tune_runner.search.runner import RunOptions  # Ray Tune and MLflow: after every check of the flags
-
-    return RunOptions(storage=args.storage or paths.default_storage(),
-                      mlflow_uri=args.mlflow_uri or paths.default_mlflow_uri(), name=args.name,
-                      verbose=args.verbose, num_cpus=args.num_cpus, num_gpus=getattr(args, "num_gpus", None),
-                      cpus_per_trial=getattr(args, "cpus_per_trial", None),
-                      gpus_per_trial=getattr(args, "gpus_per_trial", None), address=address, **extra)
-
-
-def _check_run_flags(args: argparse.Namespace) -> str | None:
-    """The flags of a run that need no Ray checked (--gpu applied); the --address given, if any."""
-    address = getattr(args, "address", None)
-    if address is not None:
-        if not address.strip():
-            raise UserError("--address: empty; give auto, host:port or ray://host:10001")
-        for flag in ("num_cpus", "num_gpus"):
-            if getattr(args, flag, None) is not None:
-                raise UserError(f"--{flag.replace('_', '-')}: sizes a local Ray; a cluster joined with --address "
-                                f"{address} has its own size (use --cpus-per-trial/--gpus-per-trial)")
-    for flag in ("num_gpus", "cpus_per_trial", "gpus_per_trial"):
-        value = getattr(args, flag, None)
-        if value is not None and not value >= 0:
-            raise UserError(f"--{flag.replace('_', '-')} {value}: must be 0 or more")
-    if getattr(args, "gpu", None) is not None:
-        ids = [part.strip() for part in args.gpu.split(",")]
-        if not all(part.isdigit() for part in ids):
-            raise UserError(f'--gpu {args.gpu}: expected GPU indices like "0" or "0,1"')
-        import os
-
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)  # before Ray starts: it offers only these
-    return address
-
-
-def _positive(flag: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise UserError(f"{flag} {value}: must be a positive integer")
-
-
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.search import resume
 
-    _positive("--num-cpus", args.num_cpus)
+    positive("--num-cpus", args.num_cpus)
     folder = resume.locate(args.name, where=args.storage)
     counts = resume.finished(folder)
     if counts is not None:
@@ -377,7 +336,7 @@ def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:
     if not args.space:
         raise UserError(f"{command}: the following arguments are required: --space (or --resume NAME)")
     for flag in ("num_samples", "max_concurrent", "num_cpus", "reevaluate", "seeds"):
-        _positive("--" + flag.replace("_", "-"), getattr(args, flag, None))
+        positive("--" + flag.replace("_", "-"), getattr(args, flag, None))
     if args.max_failures is not None and args.max_failures < 0:
         raise UserError(f"--max-failures {args.max_failures}: must be 0 or more")
     spec = load_spec(args.space, overrides=args.overrides)
@@ -405,7 +364,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     if args.resume:
         return cmd_resume(_resume_args(args), out)
     spec = _search_spec(args)
-    _check_run_flags(args)
+    check_run_flags(args)
     from tune_runner.search import preflight
 
     # A bad env or env_config is refused here, before Ray Tune and torch load (runner imports them): seconds sooner.
@@ -416,7 +375,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     extra: dict[str, Any] = {}
     if args.max_failures is not None:
         extra["max_failures"] = args.max_failures
-    options = _run_options(args, export=not args.no_export, reevaluate=not args.no_reevaluate,
+    options = run_options(args, export=not args.no_export, reevaluate=not args.no_reevaluate,
                            top=args.reevaluate, seeds=args.seeds, **extra,
                            register_model=args.register_model)
     outcome = runner.run(spec, options, out=out)
@@ -465,7 +424,7 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
 
     analysis.parse_scope(args.scope)
     for flag in ("reevaluate", "seeds", "num_cpus"):  # the flags first: they need no experiment to be wrong
-        _positive("--" + flag.replace("_", "-"), getattr(args, flag))
+        positive("--" + flag.replace("_", "-"), getattr(args, flag))
     tracked = _tracked_search(args)  # runs:/<id> or --mlflow-uri: the search from its tracking store
     if tracked is None:
         path = analysis.experiment_path(args.experiment, storage=args.storage)
@@ -521,8 +480,8 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
     from datetime import datetime
 
     from tune_runner.results import robust
-    from tune_runner.search.reevaluate import reevaluate
     from tune_runner.search import runner
+    from tune_runner.search.reevaluate import reevaluate
 
     runner.quiet_logs(verbose=False)
     metric = spec.metric
@@ -573,7 +532,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.search import runner, verify
     from tune_runner.search.preflight import check_storage
 
-    _positive("--seeds", args.seeds)
+    positive("--seeds", args.seeds)
     bundle = verify.load(args.bundle)  # bad input answered before Ray starts
     storage = args.storage or paths.default_storage()
     check_storage(storage)

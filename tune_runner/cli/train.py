@@ -237,15 +237,15 @@ def _fixed_from_flags(args: argparse.Namespace, *, agent: str, model: str | None
 
 def command(args: argparse.Namespace, out: TextIO) -> int:
     """Run `tune-rl train`."""
-    from tune_runner.cli.main import _positive, _run_options
+    from tune_runner.cli.options import positive, run_options
     from tune_runner.plugins import load_plugins
     from tune_runner.search import runner
 
     for flag in ("budget", "num_cpus", "num_envs_per_worker", "batch_size"):
-        _positive(f"--{flag}", getattr(args, flag))
+        positive(f"--{flag}", getattr(args, flag))
     if args.num_workers is not None and args.num_workers < 0:
         raise UserError(f"--num_workers {args.num_workers}: must be 0 or more")
     load_plugins(args.plugins)
     spec = spec_from_flags(args, out)
-    outcome = runner.run(spec, _run_options(args, export=False, reevaluate=False), out=out, suffix="train")
+    outcome = runner.run(spec, run_options(args, export=False, reevaluate=False), out=out, suffix="train")
     return int(outcome.exit_status) if outcome.exit_status else ExitStatus.OK
