@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tune_runner.tracking import client, experiment_id, metrics_of
+from tune_runner.tracking.callback import client, experiment_id, metrics_of
 
 RESULT = {"episode_return_mean": 120.0, "episode_return_max": 500.0, "episode_return_min": 9.0,
           "episode_len_mean": 120.0, "episodes": 40.0, "policy_loss": -0.01, "vf_loss": 2.0, "entropy": 0.6,

@@ -63,8 +63,8 @@ def space_configs(ref: str, *, samples: int, sample_seed: int) -> tuple[str, lis
     """(algo, `samples` learner configs drawn from a space for our backend, its budget, its stop_at)."""
     import numpy as np
 
-    from tune_runner.own_trainable import learner_settings
-    from tune_runner.spec import load_spec
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.trainables.trial import learner_settings
 
     spec = load_spec(ref)
     if spec.trainable not in ("ppo", "dqn"):

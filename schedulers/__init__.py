@@ -1,1 +1,1 @@
-"""Shipped scheduler presets (YAML); ships inside the wheel as `tune_runner.schedulers`."""
+"""Shipped scheduler presets (YAML); ships inside the wheel as `tune_runner.scheduler_presets`."""

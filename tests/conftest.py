@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tune_runner.cli import main
+from tune_runner.cli.main import main
 
 HERE = Path(__file__).parent
 
@@ -50,7 +50,7 @@ def ray_session():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from tune_runner.runner import ensure_ray
+    from tune_runner.search.runner import ensure_ray
 
     ensure_ray(num_cpus=2, num_gpus=0, verbose=False)
     yield ray

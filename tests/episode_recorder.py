@@ -1,5 +1,5 @@
 """A CartPole that writes down every episode it finishes: the independent count our RLlib episode window
-(tune_runner.rllib_episodes) is checked against. Registered with gymnasium and, for RLlib's remote
+(tune_runner.trainables.rllib_episodes) is checked against. Registered with gymnasium and, for RLlib's remote
 EnvRunners, Ray Tune (pickled by value: Ray's workers cannot import the tests)."""
 
 from __future__ import annotations

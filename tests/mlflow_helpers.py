@@ -200,7 +200,8 @@ LEARNER_CONFIGS = {
 
 def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
     """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
-    from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.own import CHECKPOINT_FILE
 
     config = LEARNER_CONFIGS[name]
     learner = build_learner(name, config)
@@ -246,8 +247,11 @@ def synthetic_trials(spec: Any, *, count: int = 3, stop_early: tuple[int, ...] =
 
 def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -> dict[str, Any]:
     """A finished oracle search's MLflow records, written by tune-rl's logging code; what it wrote."""
-    from tune_runner import analysis, report, runner, tracking
-    from tune_runner.spec import load_spec
+    from tune_runner.results import analysis
+    from tune_runner.results import summary as report
+    from tune_runner.search import runner
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.tracking import callback as tracking
 
     spec = load_spec("oracle", overrides=["budget=5000"])
     client = tracking.client(uri)
@@ -268,7 +272,7 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     best = analysis.Best(trial_id=top.trial_id, config=top.config, value=top.last_result["episode_return_mean"],
                          metric=spec.metric, mode=spec.mode, scope="last", last_result=top.last_result,
                          trial_path=top.path)
-    from tune_runner import export
+    from tune_runner.results import export
 
     export_path = export.write(export.bundle(spec, best, experiment=name), folder / "best.yaml")
     written = report.write(fake, spec, folder=folder, title=name)
@@ -305,7 +309,7 @@ def hand_spec(*, scheduler: str = "asha") -> Any:
     """ppo_small with a list-valued choice too (fcnet_hiddens), as a search validates it."""
     import yaml
 
-    from tune_runner.spec import build_spec, shipped_spaces
+    from tune_runner.spec.experiment import build_spec, shipped_spaces
 
     raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
     backend = raw.pop("backends")["ppo"]
@@ -322,7 +326,7 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 
     import yaml
 
-    from tune_runner.resume import SPEC_FILE
+    from tune_runner.search.resume import SPEC_FILE
 
     trial_data = []
     for trial_id, returns in RETURNS.items():
@@ -346,7 +350,9 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
     """The MLflow records a search of `folder`'s trials leaves, written by tune-rl's own logging code
     (runner._open_parent, tracking.MlflowTracking's hooks fed with every result); the parent run id."""
-    from tune_runner import results, runner, tracking
+    from tune_runner.results import trials as results
+    from tune_runner.search import runner
+    from tune_runner.tracking import callback as tracking
 
     loaded = results.read(folder)
     client = tracking.client(uri)

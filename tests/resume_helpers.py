@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from tune_runner import resume, runner
-from tune_runner.spec import load_spec
+from tune_runner.search import resume, runner
+from tune_runner.spec.experiment import load_spec
 
 
 def options(home: Path, **changes) -> runner.RunOptions:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tune_runner.audit import AuditError, audit_result, make_callback, mismatches
-from tune_runner.oracle import Oracle, OracleStaleRestore, peak
+from tune_runner.trainables.oracle import Oracle, OracleStaleRestore, peak
 
 BASE = {"optimum": {"x": 0.5}, "noise": 0.0, "rate": 0.5, "steps_per_iteration": 1000, "seed": 0}
 

@@ -117,20 +117,20 @@ def _current(layout: Layout) -> bytes:
 
 def _load_checkpoint(layout: Layout) -> object:
     from tune_runner import files
-    from tune_runner.own_trainable import read_checkpoint
+    from tune_runner.trainables.own import read_checkpoint
 
     return files.load_checkpoint(layout.checkpoint, read_checkpoint, fix="")
 
 
 def _load_rllib(layout: Layout) -> object:
-    from tune_runner.policy import _rllib_env
+    from tune_runner.results.policy import _rllib_env
 
     return _rllib_env(layout.checkpoint)
 
 
 def _load_search(what: str) -> Callable[[Layout], object]:
     def load(layout: Layout) -> object:
-        from tune_runner import resume
+        from tune_runner.search import resume
 
         return getattr(resume, what)(layout.checkpoint)
     return load
@@ -139,19 +139,20 @@ def _load_search(what: str) -> Callable[[Layout], object]:
 KINDS = {kind.name: kind for kind in (
     Kind("space", ".yaml", _alone("space.yaml"), _text(GOOD_SPACE),
          (lambda lay: ["search", "--space", str(lay.target)],),
-         lambda lay: __import__("tune_runner.spec", fromlist=["x"]).load_spec(str(lay.target))),
+         lambda lay: __import__("tune_runner.spec.experiment", fromlist=["x"]).load_spec(str(lay.target))),
     Kind("scheduler", ".yaml", _alone("preset.yaml"), _text(GOOD_PRESET),
          (lambda lay: ["search", "--space", "oracle", "--scheduler", str(lay.target)],),
-         lambda lay: __import__("tune_runner.schedulers", fromlist=["x"]).load_preset(lay.target)),
+         lambda lay: __import__("tune_runner.search.schedulers", fromlist=["x"]).load_preset(lay.target)),
     Kind("bundle", ".yaml", _alone("best.yaml"), _text(GOOD_BUNDLE),
          (lambda lay: ["verify", str(lay.target)], lambda lay: ["train", "--config", str(lay.target)],
           lambda lay: ["evaluate", str(lay.target)]),
-         lambda lay: __import__("tune_runner.verify", fromlist=["x"]).load(lay.target)),
+         lambda lay: __import__("tune_runner.search.verify", fromlist=["x"]).load(lay.target)),
     Kind("plugin", ".py", _alone("my_envs.py"), _text(GOOD_PLUGIN),
          (lambda lay: ["search", "--space", "oracle", "--plugins", str(lay.target)],),
          lambda lay: __import__("tune_runner.plugins", fromlist=["x"]).load_plugins([lay.target], shipped=False)),
     Kind("task_fn", ".py", _task_file, _text(GOOD_TASK), (lambda lay: ["search", "--space", str(lay.checkpoint)],),
-         lambda lay: __import__("tune_runner.curriculum", fromlist=["x"]).resolve_task_fn(f"{lay.target}:task")),
+         lambda lay: __import__("tune_runner.trainables.curriculum", fromlist=["x"]).resolve_task_fn(
+             f"{lay.target}:task")),
     Kind("saved_spec", ".yaml", _in_search("tune_rl_spec.yaml"), _current,
          (lambda lay: ["resume", "exp"], lambda lay: ["best", "exp"], lambda lay: ["report", "exp"]),
          _load_search("read_spec")),
@@ -161,13 +162,13 @@ KINDS = {kind.name: kind for kind in (
          (lambda lay: ["resume", "exp"],), _load_search("finished")),
     Kind("experiment_state", ".json", _in_search(STATE_FILE), _text(GOOD_STATE),
          (lambda lay: ["best", "exp"], lambda lay: ["report", "exp"]),
-         lambda lay: __import__("tune_runner.analysis", fromlist=["x"]).load(lay.checkpoint)),
+         lambda lay: __import__("tune_runner.results.analysis", fromlist=["x"]).load(lay.checkpoint)),
     Kind("reevaluation", ".json", _in_search("reevaluation.json"), _text(GOOD_REEVALUATION),
          (lambda lay: ["report", "exp"],),
          lambda lay: __import__("tune_runner.files", fromlist=["x"]).read_json_mapping(lay.target, expected="")),
     Kind("params", ".json", _in_trial("params.json"), _text(GOOD_PARAMS),
          (lambda lay: ["evaluate", str(lay.checkpoint)], lambda lay: ["evaluate", str(lay.checkpoint.parent)]),
-         lambda lay: __import__("tune_runner.policy", fromlist=["x"])._trial_config(lay.checkpoint)),
+         lambda lay: __import__("tune_runner.results.policy", fromlist=["x"])._trial_config(lay.checkpoint)),
     Kind("checkpoint", ".pkl", _in_trial("learner.pkl"), _current,
          (lambda lay: ["evaluate", str(lay.checkpoint)], lambda lay: ["evaluate", str(lay.checkpoint.parent)]),
          _load_checkpoint, binary=True),

@@ -223,7 +223,7 @@ def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes
     tests/test_cluster_e2e.py runs it through a fresh driver."""
     import socket
 
-    from tune_runner.preflight import check_address
+    from tune_runner.search.preflight import check_address
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
@@ -306,7 +306,7 @@ def test_a_refusal_after_the_database_check_leaves_no_run_in_it(postgres, cli, u
 
 
 def test_space_file_is_not_an_export(cli, untouched):
-    from tune_runner.spec import shipped_spaces
+    from tune_runner.spec.experiment import shipped_spaces
 
     result = cli("train", "--config", str(shipped_spaces()["ppo_small"]))
     assert_one_line_error(result, "not a tune-rl best-config export")
@@ -415,7 +415,8 @@ def searches(tmp_path_factory):
     """A real MLflow store holding a finished search, a population-based one, one logged before the
     spec was, a run that is not tune-rl's and an experiment without a search."""
     from tests.mlflow_helpers import hand_spec, log_folder_search, write_search_folder
-    from tune_runner import runner, tracking
+    from tune_runner.search import runner
+    from tune_runner.tracking import callback as tracking
 
     root = tmp_path_factory.mktemp("best-refusals")
     uri, spec = f"sqlite:///{root / 'mlflow.db'}", hand_spec()

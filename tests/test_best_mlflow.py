@@ -80,7 +80,8 @@ def test_runs_reference_alone_reads_the_default_store(cli, logged, _isolated_hom
 
 
 def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, logged, tmp_path, monkeypatch):
-    from tune_runner import export, verify
+    from tune_runner.results import export
+    from tune_runner.search import verify
 
     (tmp_path / "checkpoint_000009").mkdir()  # a trial without a folder must not take the working folder's
     monkeypatch.chdir(tmp_path)
@@ -110,7 +111,7 @@ def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, lo
 def test_a_search_logs_its_spec_on_its_parent_run(logged):
     from mlflow.tracking import MlflowClient
 
-    from tune_runner.resume import read_spec
+    from tune_runner.search.resume import read_spec
 
     client = MlflowClient(tracking_uri=logged.uri)
     text = client.download_artifacts(logged.parent, "tune_rl_spec.yaml", str(logged.root / "download"))
@@ -119,8 +120,8 @@ def test_a_search_logs_its_spec_on_its_parent_run(logged):
 
 
 def test_params_are_typed_back_by_their_distribution():
-    from tune_runner.search_space import Param
-    from tune_runner.tracked import typed
+    from tune_runner.results.tracked import typed
+    from tune_runner.spec.search_space import Param
 
     where = "runs:/x trial t"
     assert typed(Param("mode", "choice", ("1", 1, None)), {"mode": "1"}, where=where) == "1"  # the first that logs "1"
@@ -136,7 +137,7 @@ def test_params_are_typed_back_by_their_distribution():
 
 
 def test_metric_summary_is_ray_tunes():
-    from tune_runner.tracked import summary
+    from tune_runner.results.tracked import summary
 
     values = RETURNS["h_00001"]
     assert summary(values) == {"max": 490.0, "min": 100.0, "avg": sum(values) / 6, "last": 100.0,

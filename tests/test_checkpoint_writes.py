@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tune_runner.own_trainable import write_atomically
+from tune_runner.files import write_atomically
 
 
 def test_a_full_disk_simulated_by_a_failing_fsync_keeps_the_old_file_and_names_the_folder(tmp_path, monkeypatch):

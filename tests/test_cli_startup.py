@@ -13,7 +13,7 @@ import argparse
 import pytest
 
 from tests.cli_process import run_entry_point
-from tune_runner.cli import build_parser
+from tune_runner.cli.main import build_parser
 
 
 def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -77,7 +77,7 @@ class Tiny:
 
 MODEL_PLUGIN = '''
 import torch
-from tune_runner.models import Model
+from tune_runner.algos.networks import Model
 from tune_runner.plugins import register_model
 
 
@@ -119,7 +119,7 @@ def test_agent_and_model_options_are_both_listed(tmp_path):
 
 
 def test_best_on_a_finished_experiment_imports_no_ray_torch_or_pandas(tmp_path):
-    """`best` reads Tune's files itself (tune_runner.results). The experiment is a copy of a finished
+    """`best` reads Tune's files itself (tune_runner.results.trials). The experiment is a copy of a finished
     search's folder written by hand: Tune's experiment state and one result.json per trial."""
     import json
 
@@ -140,8 +140,8 @@ def test_best_on_a_finished_experiment_imports_no_ray_torch_or_pandas(tmp_path):
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": trials}))
     import yaml
 
-    from tune_runner.resume import SPEC_FILE
-    from tune_runner.spec import load_spec
+    from tune_runner.search.resume import SPEC_FILE
+    from tune_runner.spec.experiment import load_spec
 
     (exp / SPEC_FILE).write_text(yaml.safe_dump(load_spec("oracle").as_dict(), sort_keys=False))  # as search saves it
     env = {"TUNE_RL_HOME": str(tmp_path)}

@@ -156,8 +156,8 @@ def test_zsh_completes_through_the_script(tmp_path):
 
 
 def test_the_rllib_names_read_from_rays_source_are_the_ones_rllib_registers():
-    from tune_runner.completion import rllib_algorithms
-    from tune_runner.trainables import rllib_algorithms as registered
+    from tune_runner.cli.completion import rllib_algorithms
+    from tune_runner.trainables.catalog import rllib_algorithms as registered
 
     assert rllib_algorithms() == registered() and "PPO" in registered()
 

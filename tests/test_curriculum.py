@@ -12,9 +12,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tune_runner import curriculum, trainables
 from tune_runner.algos.common import make_vec_env
 from tune_runner.errors import UserError
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables import curriculum
+from tune_runner.trainables.rllib import rllib_config
 
 LEVEL_ENV = "TuneRlLevelTest-v0"
 
@@ -182,7 +184,7 @@ def test_only_numeric_tasks_are_reported():
 
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
-    from tune_runner.own_trainable import own_trainable_class
+    from tune_runner.trainables.own import own_trainable_class
 
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:raise_level", "seed": 0,
@@ -224,7 +226,7 @@ def test_a_bad_reference_stops_the_cli_before_anything_starts(cli, _isolated_hom
 def test_rllib_config_turns_env_task_fn_into_a_train_result_callback(tmp_path):
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     ref = f"{fn}:raise_level"
-    config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": ref,
+    config = rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": ref,
                                              "train_batch_size_per_learner": 64, "minibatch_size": 32})
     config.validate()
     task_callback = config.callbacks_on_train_result[-1]  # after our episode count (test_rllib_episodes.py)
@@ -265,13 +267,13 @@ def test_the_task_function_sees_our_episode_return_not_rllibs(tmp_path):
     from ray.rllib.callbacks.utils import make_callback
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from tune_runner import rllib_episodes
+    from tune_runner.trainables import rllib_episodes
 
     fn = write(tmp_path / "by_return.py", """
         def by_return(results, env, ctx):
             return results["episode_return_mean"]
     """)
-    config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:by_return"})
+    config = rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:by_return"})
     env = gym.make_vec(LEVEL_ENV, num_envs=1, vectorization_mode="sync")
     algorithm = fake_algorithm(env)
     algorithm.config = SimpleNamespace(metrics_num_episodes_for_smoothing=100)
@@ -302,7 +304,7 @@ def test_rllib_callback_on_a_real_local_env_runner(tmp_path):
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
-    config = trainables.rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "num_envs_per_env_runner": 2,
+    config = rllib_config("PPO", {"env": LEVEL_ENV, "env_config": {}, "num_envs_per_env_runner": 2,
                                              "env_task_fn": f"{fn}:raise_level"})
     runner = SingleAgentEnvRunner(config=config)
     group = SimpleNamespace(foreach_env_runner=lambda func: [func(runner)])

@@ -22,8 +22,8 @@ import pytest
 
 from tests.conftest import HERE
 from tests.mlflow_helpers import free_port, log_synthetic_search, process_tree, running, stop_tree, subprocess_env
-from tune_runner import dashboard
 from tune_runner.errors import UserError
+from tune_runner.tracking import dashboard
 
 SCREENSHOTS = HERE / "artifacts" / "dashboard"
 CHROMIUM = "/usr/bin/chromium"

@@ -430,7 +430,7 @@ def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
     for path in ("docker/.env", ".git/config", ".venv/bin/python", "tune_runner/__pycache__/cli.cpython-311.pyc",
                  "bench/solve_cartpole.py", "tests/test_docker.py"):
         assert dockerignored(path, patterns), path
-    for path in ("pyproject.toml", "README.md", "tune_runner/cli.py", "search_spaces/ppo_small.yaml"):
+    for path in ("pyproject.toml", "README.md", "tune_runner/cli/main.py", "search_spaces/ppo_small.yaml"):
         assert not dockerignored(path, patterns), path
 
 

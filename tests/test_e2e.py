@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 def tiny_ppo_small(path: Path) -> Path:
     """The shipped ppo_small with a tiny budget, and lr on a grid: two learning trials first,
     then two that cannot learn (lr 0), so ASHA has a non-learner to stop."""
-    from tune_runner.spec import shipped_spaces
+    from tune_runner.spec.experiment import shipped_spaces
 
     raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
     raw["trainable"] = "rllib/PPO"  # this test is about the RLlib path
@@ -216,8 +216,8 @@ def test_best_reads_tune_files_as_experiment_analysis_does(ray_session, cli, _is
     stop_at; the same statuses. Noisy returns and ASHA's cut trials make the scopes disagree."""
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner import analysis
-    from tune_runner.spec import load_spec, shipped_spaces
+    from tune_runner.results import analysis
+    from tune_runner.spec.experiment import load_spec, shipped_spaces
 
     raw = yaml.safe_load(shipped_spaces()["oracle"].read_text())
     raw.update(num_samples=8, budget={"env_steps": 14000}, stop_at=540,  # a rare noisy high solves
@@ -230,7 +230,7 @@ def test_best_reads_tune_files_as_experiment_analysis_does(ray_session, cli, _is
     assert result.status == 0, result.err
     exp_path = _isolated_home / "results" / "noisy"
     ea, ours = ExperimentAnalysis(str(exp_path)), analysis.read(exp_path)
-    assert type(ours).__module__ == "tune_runner.results"  # not a fallback to Ray
+    assert type(ours).__module__ == "tune_runner.results.trials"  # not a fallback to Ray
     lengths = {len(ea.trial_dataframes[t.trial_id]) for t in ea.trials}
     assert min(lengths) < 10 <= max(lengths), lengths  # some trials cut before the avg-last-10 window fills
 

@@ -1,5 +1,5 @@
-"""The env built before launch (tune_runner.env_check): each distinct env_config once, its spaces against what
-the trainable trains, a searched `env_config.NAME` at every corner and in the trial's env_config. No Ray.
+"""The env built before launch (tune_runner.trainables.env_check): each distinct env_config once, its spaces
+against what the trainable trains, a searched `env_config.NAME` at every corner and in the trial's env_config. No Ray.
 
 The refusals' one-line texts through the CLI are in the corpus (tests/bad_inputs/*env*.yaml).
 """
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
-from tune_runner import agents as _agents  # noqa: F401 - ppo and dqn registered before the fixture saves AGENTS
-from tune_runner import env_check
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, register_agent
-from tune_runner.preflight import prepare
-from tune_runner.spec import build_spec, load_spec
+from tune_runner.search.preflight import prepare
+from tune_runner.spec.experiment import build_spec, load_spec
+from tune_runner.trainables import agents as _agents  # noqa: F401 - ppo and dqn registered before the fixture saves AGENTS
+from tune_runner.trainables import env_check
 
 _ids = itertools.count()
 
@@ -92,8 +92,8 @@ def test_each_distinct_env_config_is_built_once_and_closed(trainable):
 
 
 def test_a_good_searched_env_config_reaches_the_trials_env_config_for_both_backends():
-    from tune_runner.own_trainable import build_learner
-    from tune_runner.trainables import rllib_config
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.rllib import rllib_config
 
     env = counted_env()
     searched = spec("ppo", env, env_config={"x": 1}, fixed={"num_envs_per_env_runner": 1},
@@ -112,8 +112,8 @@ def test_a_good_searched_env_config_reaches_the_trials_env_config_for_both_backe
 
 
 def test_the_export_names_the_env_config_the_best_trial_ran_with():
-    from tune_runner import export
-    from tune_runner.analysis import Best
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
 
     env = counted_env()
     searched = spec("ppo", env, env_config={"x": 1}, space={"env_config.size": {"choice": [3, 4]}})

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tune_runner import export
-from tune_runner.analysis import Best, parse_scope, score
 from tune_runner.errors import UserError
-from tune_runner.spec import load_spec
+from tune_runner.results import export
+from tune_runner.results.analysis import Best, parse_scope, score
+from tune_runner.spec.experiment import load_spec
 
 
 def _best(spec):

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 
 from tests.test_bad_inputs import assert_one_line_error
-from tune_runner import jobs, paths, runner, storage
-from tune_runner.cli import build_parser, search_argv
+from tune_runner import paths, storage
+from tune_runner.cli.main import build_parser, search_argv
 from tune_runner.errors import UserError
+from tune_runner.search import jobs, runner
 
 SPACE = paths.shipped("search_spaces") / "oracle.yaml"
 
@@ -111,7 +112,8 @@ def test_runtime_env_ships_the_package_and_a_working_dir_only_when_needed(tmp_pa
 def test_the_shipped_package_works_as_ray_unpacks_a_py_module(tmp_path):
     """Ray zips a py_modules folder with the folder at the top, unpacks it on the node and puts the unpacked
     folder on PYTHONPATH. Done here with Ray's own packaging functions (no Ray started): our modules import,
-    the shipped folders resolve inside the package, and the schedulers/ data does not shadow schedulers.py."""
+    the shipped folders resolve inside the package, and the schedulers/ data does not
+    shadow tune_runner.schedulers (0.1.0's path of search.schedulers)."""
     from ray._private.runtime_env.packaging import create_package, unzip_package
 
     archive, unpacked = tmp_path / "pkg.zip", tmp_path / "node"
@@ -119,7 +121,8 @@ def test_the_shipped_package_works_as_ray_unpacks_a_py_module(tmp_path):
         create_package(str(package), archive, include_gitignore=True, include_parent_dir=True)
     assert "tune_runner/search_spaces/oracle.yaml" in zipfile.ZipFile(archive).namelist()
     unzip_package(str(archive), str(unpacked), remove_top_level_directory=False, unlink_zip=False)
-    probe = ("import json; from tune_runner import paths, schedulers, spec; print(json.dumps({"
+    probe = ("import json; from tune_runner import paths; from tune_runner.search import schedulers; "
+             "from tune_runner.spec import experiment as spec; print(json.dumps({"
              "'spaces': str(paths.shipped('search_spaces')), 'envs': str(paths.shipped('envs')), "
              "'presets': sorted(schedulers.presets()), 'oracle': str(spec.resolve_space('oracle'))}))")
     done = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(unpacked)}, cwd=tmp_path,
@@ -270,7 +273,7 @@ def test_submit_sends_the_search_with_its_files_and_prints_the_next_commands(cli
     assert shlex.split(sent["entrypoint"]) == ["python", "-m", "tune_runner", "search", "--space", "tiny.yaml",
                                                "--num-samples", "2", "--mlflow-uri", "http://mlflow:5000"]
     assert sent["submission_id"] == "raysubmit_abc"
-    assert {"search_spaces", "scheduler_presets", "envs", "cli.py"} <= set(sent["seen"]["package"])
+    assert {"search_spaces", "scheduler_presets", "envs", "cli"} <= set(sent["seen"]["package"])
     assert sent["seen"]["work"] == ["tiny.yaml"]
     lines = result.out.splitlines()
     assert lines[0] == "submitted  raysubmit_abc  to http://head:8265"

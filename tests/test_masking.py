@@ -12,8 +12,10 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from tune_runner import masking, trainables
 from tune_runner.errors import UserError
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables import masking
+from tune_runner.trainables.rllib import rllib_config
 
 MASKED_ENV = "TuneRlMaskTest-v0"
 # Row 0 allows actions 0 and 3, row 1 only action 1, row 2 nothing (a final observation: left alone).
@@ -47,7 +49,7 @@ def _no_ray(forbid_ray):
 
 def build(algo: str, **settings):
     """The module RLlib would build on a Learner, from our flat trial config."""
-    config = trainables.rllib_config(algo, {"env": MASKED_ENV, "env_config": {}, "fcnet_hiddens": [16], **settings})
+    config = rllib_config(algo, {"env": MASKED_ENV, "env_config": {}, "fcnet_hiddens": [16], **settings})
     config.validate()
     module = config.get_rl_module_spec(env=gym.make(MASKED_ENV)).build()
     torch.manual_seed(0)
@@ -60,17 +62,17 @@ def batch(mask: torch.Tensor = MASK, obs: torch.Tensor | None = None) -> dict:
 
 
 def test_rllib_config_installs_our_module_only_for_masked_envs():
-    assert trainables.rllib_config("PPO", {"env": MASKED_ENV}).rl_module_spec.module_class \
+    assert rllib_config("PPO", {"env": MASKED_ENV}).rl_module_spec.module_class \
         is masking.MaskedPPOTorchModule
-    assert trainables.rllib_config("DQN", {"env": MASKED_ENV}).rl_module_spec.module_class \
+    assert rllib_config("DQN", {"env": MASKED_ENV}).rl_module_spec.module_class \
         is masking.MaskedDQNTorchModule
-    plain = trainables.rllib_config("PPO", {"env": "CartPole-v1"}).rl_module_spec.module_class
+    plain = rllib_config("PPO", {"env": "CartPole-v1"}).rl_module_spec.module_class
     assert not issubclass(plain, masking.MaskedPPOTorchModule)
 
 
 def test_an_algorithm_we_cannot_mask_is_refused_before_launch():
     with pytest.raises(UserError, match="rllib/APPO cannot mask actions.*use one of rllib/PPO, rllib/DQN"):
-        trainables.rllib_config("APPO", {"env": MASKED_ENV})
+        rllib_config("APPO", {"env": MASKED_ENV})
     assert "rllib/APPO cannot mask actions" in trainables.check_config("rllib/APPO", {"env": MASKED_ENV})
 
 
@@ -167,7 +169,7 @@ def test_a_local_env_runner_and_learner_sample_and_learn_without_masked_actions(
 
     if "TuneRlStrictMaskTest-v0" not in gym.registry:
         gym.register("TuneRlStrictMaskTest-v0", entry_point=StrictMaskEnv)
-    config = trainables.rllib_config(algo, {"env": "TuneRlStrictMaskTest-v0", "env_config": {},
+    config = rllib_config(algo, {"env": "TuneRlStrictMaskTest-v0", "env_config": {},
                                             "num_envs_per_env_runner": 2, "fcnet_hiddens": [16], **settings})
     runner = SingleAgentEnvRunner(config=config)
     learner = config.build_learner(env=runner.env)

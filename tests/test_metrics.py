@@ -8,7 +8,7 @@ from tune_runner.metrics import RLLIB_METRICS, from_rllib, lookup
 
 RLLIB_RESULT = {
     "tune_rl": {"episode_return_mean": 187.5, "episode_len_mean": 187.5, "episodes": 40,
-                "episode_return_max": 500.0, "episode_return_min": 9.0},  # tune_runner.rllib_episodes' window
+                "episode_return_max": 500.0, "episode_return_min": 9.0},  # trainables.rllib_episodes' window
     "env_runners": {"episode_return_mean": 480.0, "episode_len_mean": 480.0, "num_episodes_lifetime": 41.0},
     "learners": {"default_policy": {"policy_loss": -0.02, "vf_loss": 3.1, "entropy": 0.55,
                                     "mean_kl_loss": 0.01, "default_optimizer_learning_rate": 3e-4},

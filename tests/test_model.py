@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env, trained_checkpoint
-from tune_runner import model, tune_rl_policy
+from tune_runner import tune_rl_policy
+from tune_runner.results import model
 
 
 def observations(n: int = 64) -> np.ndarray:
@@ -46,7 +47,7 @@ def test_exported_mlp_gives_the_learners_greedy_actions(name, tmp_path):
 @pytest.mark.e2e  # trains, logs to MLflow and loads in a fresh interpreter: 15-25 s each
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, tmp_path):
-    from tune_runner.tracking import client, experiment_id
+    from tune_runner.tracking.callback import client, experiment_id
 
     learner, config = trained_checkpoint(name, tmp_path / "trial")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from tune_runner import trainables
 from tune_runner.audit import NonFiniteError, check_finite, computed
-from tune_runner.own_trainable import OwnDQN, OwnPPO, check_config, learner_settings, own_trainable_class
+from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables.own import OwnDQN, OwnPPO, check_config, own_trainable_class
+from tune_runner.trainables.trial import learner_settings
 
 PPO_CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4,
               "train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 2, "lr": 1e-3, "seed": 3}
@@ -82,7 +83,7 @@ def test_trial_device_follows_the_gpus_ray_assigned_fake_gpu(monkeypatch):
     import ray
     import torch
 
-    from tune_runner.own_trainable import trial_device
+    from tune_runner.trainables.trial import trial_device
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
@@ -98,7 +99,7 @@ def test_trial_device_follows_the_gpus_ray_assigned_fake_gpu(monkeypatch):
 def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
     import ray
 
-    from tune_runner.own_trainable import trial_threads
+    from tune_runner.trainables.trial import trial_threads
 
     class Context:
         def get_assigned_resources(self):
@@ -126,7 +127,8 @@ def refuse(*args, **kwargs):
     raise RuntimeError("ray.init called")
 ray.init = refuse
 from tune_runner.audit import node_id
-from tune_runner.own_trainable import OwnPPO, trial_threads
+from tune_runner.trainables.own import OwnPPO
+from tune_runner.trainables.trial import trial_threads
 trainable = OwnPPO(config={dict(PPO_CONFIG)!r})
 result = trainable.train()
 trainable.stop()
@@ -145,7 +147,7 @@ print(json.dumps({{"threads": trial_threads(), "node_id": node_id(), "result_nod
 def shipped_dqn_small_config() -> dict:
     """A trial config of the shipped dqn_small space as it stands: its fixed values, and the first value
     of each searched range."""
-    from tune_runner.spec import load_spec
+    from tune_runner.spec.experiment import load_spec
 
     spec = load_spec("dqn_small")
     assert spec.trainable == "dqn"

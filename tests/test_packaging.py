@@ -28,14 +28,15 @@ def test_the_wheel_holds_every_shipped_yaml_and_env_under_the_package(wheel: Pat
         shipped = {p.name for p in (ROOT / folder).iterdir() if p.suffix in (".yaml", ".py")}
         assert shipped, folder
         assert {f"tune_runner/{inside}/{n}" for n in shipped} <= names, folder
-    assert not any(n.startswith("tune_runner/schedulers/") for n in names)  # it would shadow schedulers.py
+    assert not any(n.startswith("tune_runner/schedulers/") for n in names)  # shadows 0.1.0 path tune_runner.schedulers
 
 
 def test_the_installed_wheel_finds_its_presets_spaces_and_envs(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True, capture_output=True)
-    probe = ("import json, tune_runner; from tune_runner import paths, schedulers, spec; print(json.dumps({"
+    probe = ("import json, tune_runner; from tune_runner import paths; from tune_runner.search import schedulers; "
+             "from tune_runner.spec import experiment as spec; print(json.dumps({"
              "'file': tune_runner.__file__, 'presets': sorted(schedulers.presets()), "
              "'spaces': sorted(spec.shipped_spaces()), 'envs': str(paths.shipped('envs'))}))")
     env = {**os.environ, "PYTHONPATH": str(target)}

@@ -19,7 +19,7 @@ from tune_runner.algos.common import make_vec_env
 from tune_runner.env_api import unwrap_actor_class
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, ENVS, MODELS, load_plugins, register_agent, register_env, register_model
-from tune_runner.preflight import check_env as preflight_check_env
+from tune_runner.search.preflight import check_env as preflight_check_env
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad_plugins"

@@ -17,7 +17,7 @@ PLUGIN = textwrap.dedent('''
     import torch
     from torch import nn
 
-    from tune_runner.models import Model, build_model
+    from tune_runner.algos.networks import Model, build_model
     from tune_runner.plugins import register_agent, register_env, register_model
 
 

@@ -11,10 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tune_runner import evaluate as evaluation
 from tune_runner.errors import UserError
-from tune_runner.own_trainable import OwnTrainable, build_learner
-from tune_runner.policy import OwnPolicy, RLlibPolicy, load_policy
+from tune_runner.results import evaluate as evaluation
+from tune_runner.results.policy import OwnPolicy, RLlibPolicy, load_policy
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.own import OwnTrainable
 
 CONFIGS = {
     "ppo": {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 256,
@@ -70,9 +71,9 @@ def test_actions_are_the_learners_own(trained):
 
 
 def test_trial_folder_and_bundle_take_the_newest_checkpoint(trained, tmp_path):
-    from tune_runner import export
-    from tune_runner.analysis import Best
-    from tune_runner.spec import load_spec
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
+    from tune_runner.spec.experiment import load_spec
 
     assert load_policy(trained.trial).checkpoint == trained.checkpoint
     spec = load_spec("ppo_small" if trained.name == "ppo" else "dqn_small")
@@ -86,9 +87,9 @@ def test_trial_folder_and_bundle_take_the_newest_checkpoint(trained, tmp_path):
 
 
 def test_bundles_without_a_usable_checkpoint(tmp_path):
-    from tune_runner import export
-    from tune_runner.analysis import Best
-    from tune_runner.spec import load_spec
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
+    from tune_runner.spec.experiment import load_spec
 
     spec = load_spec("ppo_small")
     best = Best(trial_id="t1", config=CONFIGS["ppo"], value=1.0, metric=spec.metric, mode="max", scope="last",

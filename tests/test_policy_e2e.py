@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 def tiny_space(path: Path, trainable: str) -> Path:
     """The shipped ppo_small cut to one trial of about 1000 env steps, checkpointed at its end."""
-    from tune_runner.spec import shipped_spaces
+    from tune_runner.spec.experiment import shipped_spaces
 
     raw = yaml.safe_load(shipped_spaces()["ppo_small"].read_text())
     raw.pop("backends")
@@ -35,8 +35,8 @@ def search_and_evaluate(cli, home: Path, tmp_path: Path, trainable: str, name: s
     """Run the tiny search; evaluate its trial's checkpoint and its best.yaml; (checkpoint, loaded policy)."""
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.analysis import last_checkpoint
-    from tune_runner.policy import load_policy
+    from tune_runner.results.analysis import last_checkpoint
+    from tune_runner.results.policy import load_policy
 
     result = cli("search", "--space", str(tiny_space(tmp_path / f"{name}.yaml", trainable)), "--name", name,
                  "--no-reevaluate")
@@ -58,7 +58,8 @@ def search_and_evaluate(cli, home: Path, tmp_path: Path, trainable: str, name: s
 
 
 def test_evaluate_our_ppo_after_a_search(ray_session, cli, _isolated_home, tmp_path):
-    from tune_runner.own_trainable import build_learner, read_checkpoint
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.own import read_checkpoint
 
     checkpoint, policy = search_and_evaluate(cli, _isolated_home, tmp_path, "ppo", "eval-ppo")
     assert policy.kind == "ppo" and policy.env_id == "CartPole-v1"

@@ -9,8 +9,8 @@ import pytest
 
 from tune_runner.errors import UserError
 from tune_runner.mlflow_uri import artifact_location, check_uri
-from tune_runner.progress import LiveView, fmt_value
-from tune_runner.tracking import flat_params, metrics_of
+from tune_runner.search.progress import LiveView, fmt_value
+from tune_runner.tracking.callback import flat_params, metrics_of
 
 
 def trial(i: int, **result) -> SimpleNamespace:
@@ -76,7 +76,7 @@ def test_sqlite_artifacts_sit_beside_the_database(tmp_path):
 
 
 def test_check_uri(tmp_path):
-    from tune_runner.tracking import client
+    from tune_runner.tracking.callback import client
 
     check_uri(f"sqlite:///{tmp_path}/new/dir/m.db")
     assert not (tmp_path / "new").exists()  # a check writes nothing: a later refusal would leave it
@@ -90,7 +90,7 @@ def test_every_hook_we_define_is_one_tune_calls():
     # A misspelled hook (on_step instead of on_step_end) is silently never called.
     from ray.tune import Callback
 
-    from tune_runner.tracking import MlflowTracking
+    from tune_runner.tracking.callback import MlflowTracking
 
     for cls in (LiveView, MlflowTracking):
         hooks = [name for name in vars(cls) if name.startswith("on_")]

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tests.mlflow_helpers import FakeAnalysis, synthetic_trials
-from tune_runner import report
-from tune_runner.spec import load_spec
+from tune_runner.results import summary as report
+from tune_runner.spec.experiment import load_spec
 
 
 def analysis_with_an_errored_trial():
@@ -50,7 +50,7 @@ def test_write_gives_a_png_plot_and_a_csv_that_reads_back(tmp_path):
 def test_importances_are_fitted_once_per_set_of_trials_and_again_when_one_changes(tmp_path, monkeypatch):
     import optuna
 
-    from tune_runner import html_report
+    from tune_runner.results import report as html_report
 
     spec = load_spec("oracle", overrides=["budget=5000"])
     trials, frames = synthetic_trials(spec, count=6, stop_early=())
@@ -74,7 +74,9 @@ def test_importances_are_fitted_once_per_set_of_trials_and_again_when_one_change
 
 @pytest.mark.e2e  # two child processes import MLflow (about 4 s each)
 def test_the_parent_logger_logs_the_report_from_its_own_process_or_nothing_when_cancelled(tmp_path):
-    from tune_runner import html_report, runner, tracking
+    from tune_runner.results import report as html_report
+    from tune_runner.search import runner
+    from tune_runner.tracking import callback as tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client(uri)

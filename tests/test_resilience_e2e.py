@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tune_runner.reaper import marked
+from tune_runner.search.reaper import marked
 
 pytestmark = pytest.mark.e2e
 

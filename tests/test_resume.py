@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from tests.resume_helpers import options, record_runs, saved_search
-from tune_runner import resume, runner, tracking
 from tune_runner.errors import UserError
-from tune_runner.spec import load_spec
+from tune_runner.search import resume, runner
+from tune_runner.spec.experiment import load_spec
+from tune_runner.tracking import callback as tracking
 
 SECRET = "tune-rl-secret-9c1e"
 
@@ -124,7 +125,7 @@ def test_a_search_saved_before_run_options_resumes_with_this_commands_flags(tmp_
 
 
 def test_the_printed_resume_command_parses_back_to_the_same_search(tmp_path, _isolated_home):
-    from tune_runner.cli import build_parser
+    from tune_runner.cli.main import build_parser
 
     default = options(_isolated_home, storage=_isolated_home / "results")
     assert resume.command("exp", default) == "tune-rl resume exp"  # the saved options carry the rest
@@ -177,7 +178,7 @@ def test_save_refuses_a_folder_that_appeared_meanwhile(tmp_path):
 
 
 def test_the_report_finds_the_parent_run_by_search_id_or_by_a_quoted_path(tmp_path):
-    from tune_runner import html_report
+    from tune_runner.results import report as html_report
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client(uri)

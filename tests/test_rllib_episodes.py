@@ -1,4 +1,4 @@
-"""Our episode count for `rllib/*` trials (tune_runner.rllib_episodes), without Ray: the window, the
+"""Our episode count for `rllib/*` trials (tune_runner.trainables.rllib_episodes), without Ray: the window, the
 callbacks on RLlib's own episode objects and on a real local EnvRunner, and the metric mapping."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from tests.episode_recorder import RECORDED_ENV, recorded, register
-from tune_runner import curriculum, rllib_episodes, trainables
 from tune_runner.metrics import from_rllib
-from tune_runner.rllib_episodes import EpisodeWindow
+from tune_runner.trainables import curriculum, rllib_episodes
+from tune_runner.trainables.rllib import rllib_config
+from tune_runner.trainables.rllib_episodes import EpisodeWindow
 
 
 def runner(*, evaluation: bool = False) -> SimpleNamespace:
@@ -113,7 +114,7 @@ def test_the_return_is_nan_before_the_first_finished_episode():
 def test_our_callbacks_come_first_and_the_curriculum_still_runs(tmp_path):
     task_fn = tmp_path / "tasks.py"
     task_fn.write_text("def next_task(results, env, ctx):\n    return 1\n")
-    config = trainables.rllib_config("PPO", {"env": "CartPole-v1", "env_task_fn": f"{task_fn}:next_task"})
+    config = rllib_config("PPO", {"env": "CartPole-v1", "env_task_fn": f"{task_fn}:next_task"})
     first, then = config.callbacks_on_train_result
     assert first is rllib_episodes.on_train_result and then.func is curriculum.on_train_result
     assert config.callbacks_on_episode_end == [rllib_episodes.on_episode_end]
@@ -121,7 +122,7 @@ def test_our_callbacks_come_first_and_the_curriculum_still_runs(tmp_path):
 
 
 def test_add_callbacks_keeps_what_was_there():
-    config = trainables.rllib_config("PPO", {"env": "CartPole-v1"})
+    config = rllib_config("PPO", {"env": "CartPole-v1"})
     config.callbacks(on_train_result=print)
     rllib_episodes.add_callbacks(config, on_train_result=len)
     assert config.callbacks_on_train_result == [print, len]
@@ -142,7 +143,7 @@ def test_a_real_local_env_runner_counts_what_the_env_saw(tmp_path, no_ray):
 
     register()
     record = tmp_path / "episodes.jsonl"
-    config = trainables.rllib_config("PPO", {"env": RECORDED_ENV, "env_config": {"record_to": str(record)},
+    config = rllib_config("PPO", {"env": RECORDED_ENV, "env_config": {"record_to": str(record)},
                                              "num_envs_per_env_runner": 2})
     env_runner = SingleAgentEnvRunner(config=config)
     counted = []

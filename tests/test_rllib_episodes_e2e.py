@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.episode_recorder import RECORDED_ENV, recorded, register
-from tune_runner.trainables import trainable_class
+from tune_runner.trainables.catalog import trainable_class
 
 pytestmark = pytest.mark.e2e
 

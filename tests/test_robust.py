@@ -7,17 +7,14 @@ import math
 import pytest
 import yaml
 
-from tune_runner import verify
-from tune_runner.analysis import best_trial, ranked
 from tune_runner.errors import UserError
-from tune_runner.robust import (
-    CANDIDATE_KEY,
+from tune_runner.results.analysis import best_trial, ranked
+from tune_runner.results.robust import (
     Candidate,
     Evaluated,
     SeedRun,
     Target,
     Verdict,
-    _seed_runs,
     bootstrap_ci,
     candidates,
     describe,
@@ -31,7 +28,9 @@ from tune_runner.robust import (
     summarise,
     target_of,
 )
-from tune_runner.spec import load_spec
+from tune_runner.search import verify
+from tune_runner.search.reevaluate import CANDIDATE_KEY, _seed_runs
+from tune_runner.spec.experiment import load_spec
 
 
 def test_iqm_drops_a_quarter_at_each_end():
@@ -227,7 +226,7 @@ def test_search_candidates_with_stop_at_are_those_that_solved_soonest():
 
 
 def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
-    from tune_runner.runner import _best_line
+    from tune_runner.search.runner import _best_line
 
     spec = load_spec("ppo_small")
     best = best_trial(_Analysis(SEARCH), metric=spec.metric, mode="max", reached=spec.reached)
@@ -238,8 +237,8 @@ def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest(
 
 
 def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:
-    from tune_runner import export
-    from tune_runner.analysis import Best
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
 
     spec = load_spec("ppo_small").with_overrides(stop_at=stop_at)
     best = Best(trial_id="sure", config={"env": spec.env, **spec.fixed, "lr": 0.004}, value=478.0,
@@ -316,7 +315,7 @@ def test_verify_refuses_a_bundle_without_a_claim_naming_the_key(tmp_path):
 def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
     import json
 
-    from tune_runner.html_report import _verdict_table, save_verdict
+    from tune_runner.results.report import _verdict_table, save_verdict
 
     saved = json.loads(save_verdict(_sure_verdict(), tmp_path, metric="episode_return_mean").read_text())
     table = _verdict_table(saved)
@@ -328,7 +327,7 @@ def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
 
 
 def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
-    from tune_runner.runner import _robust_metrics
+    from tune_runner.search.runner import _robust_metrics
 
     values = _robust_metrics(_sure_verdict())
     winner = _sure_verdict().winner
@@ -342,7 +341,7 @@ def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
 
 
 def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):
-    from tune_runner import runner
+    from tune_runner.search import runner
 
     def no_ray(**_: object) -> None:
         raise AssertionError("verify started Ray before checking the bundle")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tune_runner.oracle import peak, seed_offset
-from tune_runner.robust import iqm
+from tune_runner.results.robust import iqm
+from tune_runner.trainables.oracle import peak, seed_offset
 
 HERE_ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -94,7 +94,7 @@ def reached_at(x: float, seed: int) -> int | None:
 
 def test_with_stop_at_the_config_that_solves_reliably_and_soonest_wins_and_verify_checks_it(
         ray_session, cli, _isolated_home, tmp_path):
-    from tune_runner.robust import CONFIDENCE, bootstrap_ci, fmt_steps
+    from tune_runner.results.robust import CONFIDENCE, bootstrap_ci, fmt_steps
 
     raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": STEPS_BUDGET}, "stop_at": STOP_AT,
            "searcher": "random", "scheduler": "fifo", "num_samples": 1, "reevaluate": {"top": 2, "seeds": 6},
@@ -141,7 +141,7 @@ def test_bundle_stands_alone_and_train_config_feeds_the_same_resolved_config(ray
                                                                            tmp_path):
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.trainables import resolved_config
+    from tune_runner.trainables.catalog import resolved_config
 
     result = cli("search", "--space", "ppo_small", "--name", "one", "--no-reevaluate", "--num-samples", "1",
                  "--scheduler", "fifo", "--set", "budget=1024", "--set", "train_batch_size_per_learner=512",

@@ -11,8 +11,8 @@ import pytest
 from tests.test_own_trainable import shipped_dqn_small_config
 from tune_runner.algos import OwnLearner
 from tune_runner.algos.common import scheduled
-from tune_runner.own_trainable import build_learner
-from tune_runner.rollouts import SharedReplay, Workers, worker_sample
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.rollouts import SharedReplay, Workers, worker_sample
 
 PPO_CONFIG = {"env": "CartPole-v1", "num_envs_per_env_runner": 4, "train_batch_size": 512, "minibatch_size": 128,
               "num_epochs": 2, "fcnet_hiddens": [16, 16], "seed": 1}

@@ -34,7 +34,7 @@ def trials_of(home: Path, name: str) -> list:
 
 
 def peak(config: dict) -> float:
-    from tune_runner.oracle import peak as oracle_peak
+    from tune_runner.trainables.oracle import peak as oracle_peak
 
     return oracle_peak(config)
 

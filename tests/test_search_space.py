@@ -8,7 +8,7 @@ import pytest
 from ray.tune.search.sample import Categorical, Float, Integer, LogUniform, Quantized
 
 from tune_runner.errors import UserError
-from tune_runner.search_space import parse_param, parse_space, randint_bounds
+from tune_runner.spec.search_space import parse_param, parse_space, randint_bounds
 
 WHERE = "space.yaml: space.x"
 

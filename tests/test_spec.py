@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tune_runner.errors import UserError
-from tune_runner.spec import build_spec, load_spec, parse_value, shipped_spaces
+from tune_runner.spec.experiment import build_spec, load_spec, parse_value, shipped_spaces
 
 
 @pytest.mark.parametrize("name", sorted(shipped_spaces()))
@@ -19,7 +19,7 @@ def test_every_shipped_space_loads_with_a_description(name):
 
 @pytest.mark.parametrize("backend", ["", "rllib/"])
 def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
-    from tune_runner.runner import prepare
+    from tune_runner.search.runner import prepare
 
     for name in shipped_spaces():
         if name == "oracle":  # trains nothing; no RLlib twin
@@ -100,7 +100,7 @@ def test_budget_accepts_float_written_whole_numbers():
 
 
 def test_stop_at_ends_a_trial_that_reached_the_target():
-    from tune_runner.runner import BudgetStopper
+    from tune_runner.search.runner import BudgetStopper
 
     spec = build_spec({"trainable": "rllib/DQN", "env": "CartPole-v1", "budget": {"env_steps": 1000},
                        "stop_at": 475}, name="x", source="x.yaml")

@@ -86,8 +86,9 @@ def test_ppo_search_logs_and_registers_a_policy_that_mlflow_alone_loads(ray_sess
     import gymnasium as gym
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.model import last_checkpoint
-    from tune_runner.own_trainable import CHECKPOINT_FILE, build_learner
+    from tune_runner.results.model import last_checkpoint
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.own import CHECKPOINT_FILE
 
     result = cli("search", "--space", "ppo_small", "--no-reevaluate", "--num-samples", "1", "--scheduler", "fifo",
                  "--set", "budget=2048", "--set", "num_envs_per_env_runner=8",

@@ -129,7 +129,7 @@ def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
 
 @pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_credentials_never_reach_runs_models_or_artifacts(server, tmp_path, monkeypatch):
-    from tune_runner import model
+    from tune_runner.results import model
 
     for name in CREDENTIAL_VARS:
         monkeypatch.setenv(name, MARKER)
@@ -178,7 +178,7 @@ def test_two_concurrent_searches_on_the_postgres_backed_server(server, tmp_path)
         assert MARKER not in out + err
         assert f"mlflow     {server.url}" in out and "model      not logged (the oracle has no policy)" in out
 
-    from tune_runner.tracking import client as mlflow_client
+    from tune_runner.tracking.callback import client as mlflow_client
 
     client = mlflow_client(server.url)
     parents, children = runs_of(client, "oracle")

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from tune_runner import train
-from tune_runner.cli import build_parser
+from tune_runner.cli import train
+from tune_runner.cli.main import build_parser
 from tune_runner.errors import UserError
 
 SEED_FLAGS = ["train", "--env_name", "CartPole-v1", "--agent_name", "ppo", "--model_name", "mlp",

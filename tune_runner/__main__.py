@@ -1,3 +1,3 @@
-from tune_runner.cli import entry_point
+from tune_runner.cli.main import entry_point
 
 entry_point()

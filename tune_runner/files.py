@@ -197,3 +197,20 @@ def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
         if isinstance(exc, OSError) and exc.strerror:
             reason = f"cannot read: {exc.strerror}"
         raise UserError(f"{path}: not a readable checkpoint ({reason}); {fix}") from None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint."""
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"checkpoint not written to {path.parent} ({exc.strerror}); "
+                                 f"free disk space or point --storage elsewhere") from None

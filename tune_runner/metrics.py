@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # Our name -> path in RLlib's (new API stack) nested result dict. The episode figures are ours
-# (`tune_rl/...`, the last metrics_num_episodes_for_smoothing episodes, see tune_runner.rllib_episodes);
+# (`tune_rl/...`, the last metrics_num_episodes_for_smoothing episodes, see tune_runner.trainables.rllib_episodes);
 # RLlib's own return, which covers only the latest iteration's episodes, keeps another name.
 RLLIB_METRICS: dict[str, str] = {
     "episode_return_mean": "tune_rl/episode_return_mean",
@@ -26,7 +26,7 @@ RLLIB_METRICS: dict[str, str] = {
     "qf_loss": "learners/default_policy/qf_loss",
     "td_error_mean": "learners/default_policy/td_error_mean",
     "lr": "learners/default_policy/default_optimizer_learning_rate",
-    "task": "curriculum/task",  # added by tune_runner.curriculum's callback when there is a curriculum
+    "task": "curriculum/task",  # added by tune_runner.trainables.curriculum's callback when there is a curriculum
 }
 
 # Always present in what our trainables report (the budget and schedulers count env steps).
@@ -46,7 +46,7 @@ def lookup(result: Mapping[str, Any], path: str) -> Any:
 def from_rllib(result: Mapping[str, Any], *, previous: Mapping[str, float] | None = None) -> dict[str, float]:
     """Our metrics from one RLlib `Algorithm.train()` result.
 
-    The episode figures come from our window (tune_runner.rllib_episodes, NaN before the
+    The episode figures come from our window (tune_runner.trainables.rllib_episodes, NaN before the
     first finished episode). A metric missing from the result is left out, except the
     return, which keeps its previous value so schedulers always see it (RLlib's own figure
     never stands in for it). `sps` is env steps per second of this iteration.

@@ -1,6 +1,6 @@
 """The `--mlflow-uri` a search logs to: checked before anything starts, shown without secrets.
 
-Kept apart from tune_runner.tracking (which imports Ray Tune), so that `tune-rl dashboard`
+Kept apart from tune_runner.tracking.callback (which imports Ray Tune), so that `tune-rl dashboard`
 and bad-input errors stay light.
 """
 

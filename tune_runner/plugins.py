@@ -48,7 +48,7 @@ _CONFIG_PARAMS = ("env_config", "config")
 ENVS: Registry[EnvFactory] = Registry("environment")
 MODELS: Registry[Any] = Registry("model")
 AGENTS: Registry[Any] = Registry("agent")
-MODELS.register("mlp", "tune_runner.models:MLP")  # models.BUILT_IN; torch loads when a network is built
+MODELS.register("mlp", "tune_runner.algos.networks:MLP")  # models.BUILT_IN; torch loads when a network is built
 
 _UNSHIPPED: dict[str, EnvFactory] = {}  # envs registered while a plug-in file was read, not yet sent to Ray
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told

@@ -12,21 +12,22 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, TypeVar
 
-from tune_runner.env_check import MASKED
 from tune_runner.errors import unknown_name
 
 Config = TypeVar("Config")
+MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
+MASK_KEYS = frozenset({"observations", "action_mask"})
 
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
-# without torch: the env check reads them before Ray and torch load (tune_runner.trainables.trains).
+# without torch: the env check reads them before Ray and torch load (tune_runner.trainables.catalog.trains).
 ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
-    """`tune_runner.models.check_model`, imported when a config is built: the registered networks need torch."""
-    from tune_runner.models import check_model as check
+    """`tune_runner.algos.networks.check_model`, imported when a config is built: the registered networks need torch."""
+    from tune_runner.algos.networks import check_model as check
 
     check(name, model_config)
 

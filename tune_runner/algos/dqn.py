@@ -36,8 +36,8 @@ from tune_runner.algos.common import (
 )
 from tune_runner.algos.config import DQNConfig
 from tune_runner.algos.learner import LearnerBase, Replay
+from tune_runner.algos.networks import BUILT_IN, build_model
 from tune_runner.algos.replay import NStepAccumulator, ReplayBuffer
-from tune_runner.models import BUILT_IN, build_model
 
 
 def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor,

@@ -1,7 +1,7 @@
 """What a trial asks of a learner, and the bookkeeping our PPO and DQN share.
 
-`Learner` is every agent a trial runs, a user's included (see tune_runner/agents.py).
-`OwnLearner` is what rollout mode (tune_runner.rollouts) may use of ours, and nothing more:
+`Learner` is every agent a trial runs, a user's included (see tune_runner/trainables/agents.py).
+`OwnLearner` is what rollout mode (tune_runner.trainables.rollouts) may use of ours, and nothing more:
 weights go out, data comes in. The learner owns its training loop and its lr schedule; a
 `Sampler` (PPO) or `Replay` (DQN) only says where an iteration's data comes from, the
 learner's own envs or rollout workers, so both modes run the same loop.

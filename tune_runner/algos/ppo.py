@@ -35,7 +35,7 @@ from tune_runner.algos.common import (
 )
 from tune_runner.algos.config import PPOConfig
 from tune_runner.algos.learner import LearnerBase, Sampler
-from tune_runner.models import BUILT_IN, build_model
+from tune_runner.algos.networks import BUILT_IN, build_model
 
 # Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
 NOT_TIME_MAJOR = ("last_obs", "env_steps", "episode_returns", "episode_lens")

@@ -1,0 +1,168 @@
+"""The package's import graph: no cycle, and each layer imports only the layers below it (no Ray, no import).
+
+Every module of tune_runner/ is read with `ast`; imports inside functions count too (a lazy import is still a
+dependency, and the cycles this test guards against were all function-level). `from X import Y` is an edge
+to the submodule X.Y when Y is a module, else to X.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import tune_runner
+
+ROOT = Path(tune_runner.__file__).parent
+
+# Lowest first; a module may import its own layer and the layers before it. The base modules are what every
+# layer shares (errors, paths, the registry, storage, ...): no order is asserted among them, only no cycle.
+# spec is the validated experiment; algos the own learners (they know no spec); trainables run one trial (they
+# read the spec's env settings); tracking logs to MLflow; results read a finished search back (and rebuild a
+# policy from a trial's checkpoint: trainables); search composes and runs Tune runs, re-evaluation included
+# (search/reevaluate.py), and reads results; cli parses flags and calls the rest. tune_rl_policy, the file an
+# exported policy ships with, imports nothing of the project (asserted below).
+LAYERS = (
+    ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "metrics", "audit", "env_api",
+              "add_args", "mlflow_uri", "plugins", "_moved", "tune_rl_policy")),
+    ("spec", ("spec",)),
+    ("algos", ("algos",)),
+    ("trainables", ("trainables",)),
+    ("tracking", ("tracking",)),
+    ("results", ("results",)),
+    ("search", ("search",)),
+    ("cli", ("cli", "__main__")),
+)
+RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
+# Imports against the order that are known and kept, each with its reason. results/tracked.py reads a search
+# back from MLflow with the saved-spec reader and the scheduler registry, which search/ owns today.
+ALLOWED = {
+    ("tune_runner.results.tracked", "tune_runner.search.resume"),
+    ("tune_runner.results.tracked", "tune_runner.search.schedulers"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imports(name: str) -> Iterator[tuple[str, int]]:
+    """(imported project module, line) for every import in the module, function-level ones included."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES:
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in MODULES:
+                    yield sub, node.lineno
+                elif base in MODULES:
+                    yield base, node.lineno
+
+
+def graph() -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line}. A package __init__ that re-exports its own submodules lazily,
+    by string (`_moved.forward`), holds no import statement of them: no edge, as it should be."""
+    edges: dict[str, dict[str, int]] = {name: {} for name in MODULES}
+    for name in MODULES:
+        for target, line in imports(name):
+            if target != name:
+                edges[name].setdefault(target, line)
+    return edges
+
+
+def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def layer(name: str) -> int:
+    top = name.split(".")[1] if "." in name else "__init__"
+    assert top in RANK, f"{name}: in no layer of tests/test_architecture.py LAYERS; add it where it belongs"
+    return RANK[top]
+
+
+def test_every_module_is_read():
+    assert {"tune_runner.cli.main", "tune_runner.search.runner", "tune_runner._moved"} <= MODULES.keys()
+    # a function-level import counts (runner's own import of the stopper is at module level; cli's of runner not)
+    assert "tune_runner.search.runner" in graph()["tune_runner.cli.main"]
+
+
+def test_no_import_cycle():
+    edges = graph()
+    found = cycles(edges)
+    lines = []
+    for component in found:
+        members = set(component)
+        lines += [f"{m}:{line} imports {t}" for m in component for t, line in edges[m].items() if t in members]
+    assert not found, f"{len(found)} import cycle(s): {found}\n" + "\n".join(lines)
+
+
+def test_each_layer_imports_only_layers_below():
+    wrong = [f"{name}:{line} imports {target} (layer {LAYERS[layer(target)][0]} is above "
+             f"{LAYERS[layer(name)][0]})"
+             for name, targets in graph().items() for target, line in targets.items()
+             if layer(target) > layer(name) and (name, target) not in ALLOWED]
+    assert not wrong, "\n".join(wrong)
+    stale = [pair for pair in ALLOWED if pair[1] not in graph()[pair[0]]]
+    assert not stale, f"ALLOWED names imports that are gone; remove them: {stale}"
+
+
+def test_the_exported_policy_file_imports_nothing_of_the_project():
+    assert not list(imports("tune_runner.tune_rl_policy"))
+
+
+def test_the_checks_catch_a_back_import_and_a_cycle():
+    edges = graph()
+    edges["tune_runner.spec.experiment"]["tune_runner.cli.main"] = 1  # spec -> cli: above, and a cycle
+    assert any("tune_runner.spec.experiment" in c for c in cycles(edges))
+    assert layer("tune_runner.cli.main") > layer("tune_runner.spec.experiment")

@@ -1,0 +1,251 @@
+"""`tune-rl train`: one training run, with the seeds' command line.
+
+    tune-rl train --env_name CartPole-v1 --agent_name ppo --model_name mlp --num_envs_per_worker 8 \\
+                  --num_workers 2 --gpu "0" --num_gpus 1 --num_cpus 8 --batch_size 2048 [--lr 3e-3 ...]
+
+Seed 000's flags keep their meaning: `--num_envs_per_worker` envs per rollout worker, `--num_workers`
+rollout actors, `--gpu` the visible devices, `--num_gpus`/`--num_cpus` the local Ray's size,
+`--batch_size` env steps per iteration (our agents; RLlib's train_batch_size_per_learner). The chosen
+agent's and model's own options (their `add_args`; for ours, every field of their config) are flags
+too: `tune-rl train --agent_name dqn --help` lists them. With `--config BUNDLE` the run starts from an
+exported best config and the flags given override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from tune_runner.errors import ExitStatus, UserError
+
+DEFAULT_AGENT, DEFAULT_BUDGET = "ppo", 100_000
+SEED_AGENT = "default_agent"  # seed 000's agent name; its learning rule came from --model_name
+# Names whose options need no plug-in file (ours); any other agent or model name reads them.
+OUR_NAMES = (None, SEED_AGENT, "ppo", "dqn", "mlp")
+FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": "num_env_runners"}
+
+
+def scan(argv: Sequence[str]) -> dict[str, Any]:
+    """The flags that decide which options exist (--agent_name, --model_name, --plugins), read before parsing."""
+    found: dict[str, Any] = {"plugins": []}
+    names = {"--agent_name": "agent", "--agent-name": "agent", "--model_name": "model", "--model-name": "model",
+             "--plugins": "plugins"}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag not in names:
+            continue
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if names[flag] == "plugins":
+            found["plugins"].append(value)
+        else:
+            found[names[flag]] = value
+    return found
+
+
+def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentParser:
+    """The `train` subcommand: the seed's flags, our run flags, and the chosen agent's and model's options."""
+    train = sub.add_parser("train", help="one training run: seed 000's flags, or an exported config",
+                           description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--config", metavar="BUNDLE", help="start from a file written by tune-rl best --export")
+    seed = train.add_argument_group("seed 000's flags")
+    seed.add_argument("--env_name", "--env-name", dest="env_name", help="a gymnasium id or a registered env")
+    seed.add_argument("--agent_name", "--agent-name", dest="agent_name",
+                      help=f"the learning rule: ppo, dqn, rllib/PPO, ... or a registered agent "
+                           f"(default {DEFAULT_AGENT})")
+    seed.add_argument("--model_name", "--model-name", dest="model_name",
+                      help="the network: mlp (default) or a registered model")
+    seed.add_argument("--num_envs_per_worker", "--num-envs-per-worker", dest="num_envs_per_worker", type=int,
+                      help="envs stepped together in each rollout worker")
+    seed.add_argument("--num_workers", "--num-workers", dest="num_workers", type=int,
+                      help="rollout actors (0: the trial steps its own envs)")
+    seed.add_argument("--batch_size", "--batch-size", dest="batch_size", type=int,
+                      help="env steps per training iteration")
+    seed.add_argument("--budget", type=int, help=f"env steps to train (default {DEFAULT_BUDGET:,}, or the export's)")
+    seed.add_argument("--seed", type=int, help="seed of the networks, envs and sampling")
+    common(train)
+    words = [w for w in argv if not w.startswith("-")]
+    if words[:1] == ["train"]:  # another command never reads these options: no agent is looked at
+        _add_options(train, scan(argv))
+    return train
+
+
+def seed_names(agent_name: str | None, model_name: str | None) -> tuple[str, str | None, bool]:
+    """(agent, model, whether --model_name was read as the agent): seed 000 wrote `--agent_name
+    default_agent --model_name ppo`, naming the learning rule with --model_name. Plugins loaded first."""
+    from tune_runner.plugins import MODELS
+    from tune_runner.trainables import agents
+
+    agent = DEFAULT_AGENT if agent_name in (None, SEED_AGENT) else agent_name
+    if model_name and model_name not in MODELS and agents.is_agent(model_name) and agent_name in (None, SEED_AGENT):
+        return model_name, None, True
+    return agent, model_name, False
+
+
+def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> None:
+    """Argument groups for the chosen agent's and model's own options (suppressed unless given)."""
+    if (chosen.get("agent") or "").startswith("rllib/"):
+        return  # RLlib's settings come with --set KEY=VALUE
+    try:
+        from tune_runner.plugins import MODELS, load_plugins
+        from tune_runner.trainables import agents
+
+        if chosen.get("agent") not in OUR_NAMES or chosen.get("model") not in OUR_NAMES:
+            load_plugins(chosen["plugins"], shipped=False)  # a user's agent or model: its file declares them
+        agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
+        if not agents.is_agent(agent):
+            return  # prepare() names the unknown agent with its did-you-mean
+        taken = {s for a in parser._actions for s in a.option_strings}
+        group = parser.add_argument_group(f"options of agent {agent}")
+        for flag, kwargs in agent_flags(agent):
+            if flag not in taken:
+                group.add_argument(flag, dest=f"agent:{flag[2:]}", default=argparse.SUPPRESS, **kwargs)
+                taken.add(flag)
+        if model and model in MODELS and model != "mlp":  # models.BUILT_IN: the agent's fcnet_* size it
+            from tune_runner.add_args import options
+
+            group = parser.add_argument_group(f"options of model {model} (model_config)")
+            for action in options(MODELS.get(model), prog=model).values():
+                if set(action.option_strings) & taken:
+                    continue  # the agent's flag of that name wins; model_config.<name> via --set
+                group.add_argument(*action.option_strings, dest=f"model:{action.dest}", type=action.type,
+                                   nargs=action.nargs, choices=action.choices, help=action.help,
+                                   default=argparse.SUPPRESS)
+    except UserError:
+        return  # a bad --plugins path is reported by the command, with its flag
+
+
+def agent_flags(agent: str) -> list[tuple[str, dict[str, Any]]]:
+    """(flag, add_argument kwargs) for each option of an agent: its config fields (ours) or its add_args."""
+    from tune_runner.trainables import agents
+
+    config = agents.config_class(agent)
+    if not dataclasses.is_dataclass(config):
+        from tune_runner.add_args import options
+
+        return [(a.option_strings[0], {"type": a.type, "nargs": a.nargs, "choices": a.choices, "help": a.help})
+                for a in options(agents.agent_class(agent), prog=agent).values()]
+    docs = field_docs(config)
+    skip = {"seed", "model", "model_config"}
+    return [(f"--{f.name}", {"type": parse_value, "metavar": "VALUE", "help": _field_help(f, docs)})
+            for f in dataclasses.fields(config) if f.name not in skip]
+
+
+def parse_value(text: str) -> Any:
+    """`spec.parse_value`, imported when a value is parsed: the YAML reader costs a --help 0.05 s."""
+    from tune_runner.spec.experiment import parse_value as parse
+
+    return parse(text)
+
+
+def _field_help(field: dataclasses.Field, docs: dict[str, str]) -> str:
+    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore
+    return f"{docs.get(field.name, '')} (default {default!r})".replace("%", "%%")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstrings written under a dataclass's fields (CleanRL's convention), by field name."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body, docs = tree.body[0].body, {}  # type: ignore[attr-defined]
+    for node, after in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and \
+                isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
+    """The one-trial spec the flags describe (an exported bundle's, with the flags on top)."""
+    from tune_runner.results import export
+    from tune_runner.spec.experiment import build_spec, parse_override
+
+    agent, model = _agent_and_model(args, out)
+    fixed = _fixed_from_flags(args, agent=agent, model=model)
+    fixed.update(dict(parse_override(item) for item in args.overrides))
+    if args.config:
+        from pathlib import Path
+
+        spec = export.load(Path(args.config), overrides=fixed)
+        changes = {k: v for k, v in (("env", args.env_name), ("trainable", args.agent_name and agent)) if v}
+        return spec.with_overrides(**changes, budget_env_steps=args.budget or spec.budget_env_steps,
+                                   plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
+    if not args.env_name:
+        raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
+    _check_names(agent=agent, env=args.env_name)
+    raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": args.budget or DEFAULT_BUDGET},
+           "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
+    name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
+    return build_spec(raw, name=name, source="tune-rl train")
+
+
+def _check_names(*, agent: str, env: str) -> None:
+    """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
+    from tune_runner.search.preflight import unknown_env
+    from tune_runner.trainables import catalog as trainables
+
+    try:
+        trainables.resolve(agent)
+    except UserError as exc:
+        raise UserError(f"--agent_name {agent}: {exc}") from None
+    problem = unknown_env(env)
+    if problem:
+        raise UserError(f"--env_name {env}: {problem}")
+
+
+def _agent_and_model(args: argparse.Namespace, out: TextIO) -> tuple[str, str | None]:
+    from tune_runner.plugins import MODELS
+
+    agent, model, read_as_agent = seed_names(args.agent_name, args.model_name)
+    if read_as_agent:
+        print(f"note       --model_name {agent} names a learning rule: read as --agent_name {agent} "
+              f"(seed 000's usage)", file=out)
+    if model and model not in MODELS:
+        from tune_runner.errors import unknown_name
+
+        raise UserError(f"--model_name {model}: {unknown_name('model', model, list(MODELS))}")
+    return agent, model
+
+
+def _fixed_from_flags(args: argparse.Namespace, *, agent: str, model: str | None) -> dict[str, Any]:
+    """The trial settings the flags set: seed flags renamed, the agent's and model's options."""
+    fixed: dict[str, Any] = {}
+    for flag, key in FLAG_KEYS.items():
+        if getattr(args, flag) is not None:
+            fixed[key] = getattr(args, flag)
+    if args.batch_size is not None:
+        fixed["train_batch_size_per_learner" if agent.startswith("rllib/") else "train_batch_size"] = args.batch_size
+    if args.seed is not None:
+        fixed["seed"] = args.seed
+    if model:
+        fixed["model"] = model
+    for dest, value in vars(args).items():
+        kind, _, name = dest.partition(":")
+        if kind == "agent":
+            fixed[name] = value
+        elif kind == "model":
+            fixed[f"model_config.{name}"] = value
+    return fixed
+
+
+def command(args: argparse.Namespace, out: TextIO) -> int:
+    """Run `tune-rl train`."""
+    from tune_runner.cli.options import positive, run_options
+    from tune_runner.plugins import load_plugins
+    from tune_runner.search import runner
+
+    for flag in ("budget", "num_cpus", "num_envs_per_worker", "batch_size"):
+        positive(f"--{flag}", getattr(args, flag))
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UserError(f"--num_workers {args.num_workers}: must be 0 or more")
+    load_plugins(args.plugins)
+    spec = spec_from_flags(args, out)
+    outcome = runner.run(spec, run_options(args, export=False, reevaluate=False), out=out, suffix="train")
+    return int(outcome.exit_status) if outcome.exit_status else ExitStatus.OK

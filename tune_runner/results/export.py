@@ -1,0 +1,189 @@
+"""The exported best config: a YAML bundle that `tune-rl train --config` runs again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_runner.errors import UserError
+from tune_runner.files import read_yaml_mapping, short
+from tune_runner.results.analysis import Best
+from tune_runner.spec.experiment import Component, ExperimentSpec, budget_steps, number_setting
+
+FORMAT = 1
+KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
+        "stop_at", "config", "resolved", "seeds", "evaluation", "result", "source", "checkpoint", "versions")
+ENV_KEYS = ("env", "env_config", "tune_rl_candidate")
+
+
+def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None,
+           origin: dict[str, str] | None = None) -> dict[str, Any]:
+    """The exported mapping, standing on its own: what to run (trainable, env, the config and every
+    value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
+    re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
+    for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
+    (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
+    from tune_runner.results.analysis import last_checkpoint
+    from tune_runner.trainables.catalog import resolved_config
+    from tune_runner.trainables.trial import PREFIX, env_config_of
+
+    # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
+    config = {k: v for k, v in best.config.items() if k not in ENV_KEYS and not k.startswith(PREFIX)}
+    env_config = env_config_of({"env_config": spec.env_config, **best.config})
+    result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
+              if k in best.last_result}
+    seeds = {"search": config.get("seed", 0)}
+    evaluation: dict[str, Any] = {"protocol": f"single run: {spec.metric} at the end of the trial ({best.scope})"}
+    if verdict is not None:
+        seeds["reevaluation"] = list(verdict.winner.seeds)
+        evaluation = _evaluation(spec, verdict)
+    return {
+        "tune_rl_format": FORMAT,
+        "description": f"best trial of {experiment} ({spec.name})",
+        "trainable": spec.trainable,
+        "env": best.config.get("env", spec.env),
+        "env_config": env_config,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "budget": {"env_steps": spec.budget_env_steps},
+        "stop_at": spec.stop_at,
+        "config": _plain(config),
+        "resolved": _plain(resolved_config(spec.trainable, {**config, "env": spec.env, "env_config": env_config})),
+        "seeds": _plain(seeds),
+        "evaluation": _plain(evaluation),
+        "result": _plain({**result, "score": best.value, "scope": best.scope}),
+        "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
+                   "space_file": spec.source, "space_sha256": spec.source_sha256, **(origin or {})},
+        "checkpoint": str(checkpoint.resolve()) if best.trial_path and (checkpoint := last_checkpoint(
+            best.trial_path)) else None,
+        "versions": versions(),
+    }
+
+
+def _evaluation(spec: ExperimentSpec, verdict: Any) -> dict[str, Any]:
+    """How the re-evaluation judged the winner. With stop_at, `ranked_by` says the ranking was by solved
+    share, then the IQM of env steps to solve; `summary`, `solved`, `steps`, `steps_iqm` and `steps_ci` hold
+    it (what `tune-rl verify` checks). `iqm`, `ci` and `returns` are the final metric's, as always."""
+    from tune_runner.results import robust
+
+    winner, target = verdict.winner, verdict.target
+    ranked_by = f"the IQM of the final {spec.metric}"
+    if target is not None:
+        ranked_by = (f"the share of seeds that reached {spec.metric} {'>=' if spec.mode == 'max' else '<='} "
+                     f"{target.label}, then the IQM of env steps to reach it (a seed that did not counts at "
+                     f"the budget, {target.budget:,})")
+    evaluation: dict[str, Any] = {
+        "protocol": f"top {len(verdict.ranked)} configs re-trained on {len(winner.seeds)} fresh seeds with the "
+                    f"search's budget; ranked by {ranked_by}; interquartile mean with a percentile-bootstrap "
+                    f"{robust.CONFIDENCE:.0%} CI ({robust.BOOTSTRAP_RESAMPLES} resamples, seed 0)",
+        "ranked_by": ranked_by}
+    if target is not None:
+        evaluation.update(summary=robust.headline(winner, target), solved=list(winner.solved),
+                          steps=list(winner.steps), steps_iqm=winner.steps_iqm, steps_ci=list(winner.steps_ci))
+    evaluation.update(iqm=winner.iqm, ci=list(winner.ci), returns=list(winner.returns), clear_winner=verdict.clear,
+                      verdict=verdict.sentence(), ranking=[_ranking_row(e, target) for e in verdict.ranked])
+    return evaluation
+
+
+def _ranking_row(evaluated: Any, target: Any) -> dict[str, Any]:
+    from tune_runner.results.robust import headline
+
+    row = {"trial_id": evaluated.candidate.trial_id, "iqm": evaluated.iqm, "ci": list(evaluated.ci)}
+    if target is not None:
+        row.update(summary=headline(evaluated, target), solved=sum(evaluated.solved), seeds=len(evaluated.solved),
+                   steps_iqm=evaluated.steps_iqm, steps_ci=list(evaluated.steps_ci))
+    return row
+
+
+def versions() -> dict[str, str | None]:
+    """tune-rl, Ray, torch and gymnasium versions, and our git commit when running from a checkout."""
+    import subprocess
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("tune-rl", "ray", "torch", "gymnasium"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=5, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    found["git_commit"] = commit or None
+    return found
+
+
+def write(data: dict[str, Any], path: Path) -> Path:
+    """Write the bundle atomically (a crash leaves no half-written file)."""
+    path = path.expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    tmp.replace(path)
+    return path
+
+
+EXPECTED = "a best-config bundle (a YAML mapping written by tune-rl best EXPERIMENT --export FILE)"
+TYPES: dict[str, tuple[type, ...]] = {
+    "trainable": (str,), "env": (str,), "env_config": (dict, type(None)), "description": (str, type(None)),
+    "metric": (str,), "mode": (str,), "config": (dict,), "seeds": (dict, type(None)),
+    "evaluation": (dict, type(None)), "result": (dict, type(None)), "source": (dict, type(None)),
+    "checkpoint": (str, type(None)), "resolved": (dict, type(None)), "versions": (dict, type(None))}
+
+
+def read_bundle(path: Path) -> dict[str, Any]:
+    """A bundle's mapping with its keys known and of the right types (each wrong one named with its value)."""
+    raw = read_yaml_mapping(path, expected=EXPECTED)
+    if "tune_rl_format" not in raw:
+        raise UserError(f"{path}: not a tune-rl best-config export (no tune_rl_format key); "
+                        f"create one with tune-rl best EXPERIMENT --export FILE")
+    check_bundle(raw, path)
+    return raw
+
+
+def check_bundle(raw: dict[str, Any], path: Path) -> None:
+    """Every key of a bundle known and of its type; the first that is not, named with its value."""
+    for key, value in raw.items():
+        if key not in KEYS:
+            raise UserError(f"{path}: {key}: unknown key in a best-config export")
+        kinds = TYPES.get(key)
+        if kinds is not None and not isinstance(value, kinds):
+            names = " or ".join("null" if k is type(None) else {"dict": "a mapping", "str": "text"}[k.__name__]
+                                for k in kinds)
+            raise UserError(f"{path}: {key}: expected {names}, got {short(value)}; export the bundle again")
+    if raw.get("mode", "max") not in ("max", "min"):
+        raise UserError(f"{path}: mode: expected max or min, got {short(raw['mode'])}; export the bundle again")
+
+
+def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
+    """An exported bundle as a one-trial spec: every value fixed, nothing searched."""
+    raw = read_bundle(path)
+    where = str(path)
+    for key in ("trainable", "env", "config", "budget"):
+        if key not in raw:
+            raise UserError(f"{where}: {key}: missing")
+    config = raw["config"]
+    budget = budget_steps(raw["budget"], where)
+    fixed = {**config, **(overrides or {})}
+    source = raw.get("source") or {}
+    return ExperimentSpec(
+        name=str(source.get("space") or path.stem), source=where, description=str(raw.get("description", "")),
+        trainable=str(raw["trainable"]), env=str(raw["env"]), env_config=dict(raw.get("env_config") or {}),
+        metric=str(raw.get("metric", "episode_return_mean")), mode=str(raw.get("mode", "max")),
+        budget_env_steps=budget, searcher=Component("random"), scheduler=Component("fifo"),
+        num_samples=1, max_concurrent=None, fixed=fixed, space=(), stop_at=number_setting(raw, "stop_at", where))
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe plain data: tuples → lists, numpy scalars → Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    return value

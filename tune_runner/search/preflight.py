@@ -1,0 +1,335 @@
+"""Everything checked before a search starts: names, settings, combinations, resources, storage.
+
+`check_before_ray` runs the first of `prepare`'s checks, the env's included, before Ray, torch
+or MLflow is imported: a bad env_config is refused in about a second, not five. `prepare` builds
+the Tune objects from a spec without starting anything; `check_resources` needs the Ray cluster
+(it runs after `ensure_ray`, before a trial is launched).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tune_runner.errors import UserError, unknown_name
+from tune_runner.spec.experiment import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The Ray Tune objects for a spec, all validated before anything starts.
+
+    `spec` is the spec as it runs (the grid searcher turns choices into grid axes).
+    """
+
+    spec: ExperimentSpec
+    trainable: Any
+    searcher: Any
+    scheduler: Any
+    population: bool = False
+
+
+def unknown_env(name: str) -> str | None:
+    """None for a gymnasium id or an env registered with Ray Tune; else the did-you-mean text."""
+    import gymnasium
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
+        return None
+    return unknown_name("environment", name, gymnasium.envs.registry)
+
+
+def check_env(name: str, *, where: str) -> None:
+    """The env must be a gymnasium id or an env registered with Ray Tune."""
+    problem = unknown_env(name)
+    if problem:
+        raise UserError(f"{where}: env: {problem}")
+
+
+def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """Import the spec's plugin files and the `envs/` folder of the working directory; the spec then
+    lists every user file that registered something, so each trial imports the same ones. Their
+    envs go to Ray Tune's registry here, where RLlib looks them up."""
+    from tune_runner.plugins import ship_to_ray
+
+    spec = _load_plugins(spec)
+    ship_to_ray()
+    return spec
+
+
+def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """`with_plugins` without Ray: the files imported (each once per process), their envs not yet sent."""
+    from tune_runner.plugins import load_plugins
+
+    try:
+        loaded = load_plugins(spec.plugins)
+    except UserError as exc:
+        raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
+    return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
+
+
+def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
+    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
+    from tune_runner.search import schedulers, searchers
+    from tune_runner.trainables import catalog as trainables
+    from tune_runner.trainables import env_check
+
+    spec = with_plugins(spec)
+    where = spec.source
+    trainable = _resolve(spec, trainables.resolve)
+    _check_settings(spec, trainable)
+    spec = _absolute_task_fn(spec)
+    check_env(spec.env, where=where)
+    env_check.check_env(spec, trainable)
+    check_metric(spec, trainable)
+    problem = _check_space_corners(spec, trainable)
+    if problem:
+        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
+    kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
+    searcher_type = searchers.searcher_type(spec.searcher, where=where)
+    check_combination(spec, trainable, kind, scheduler_type, searcher_type)
+    if spec.searcher.name == "grid":
+        spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
+    scheduler = schedulers.build_scheduler(
+        spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
+        time_attrs=trainables.time_attrs(trainable), seed=spec.searcher.settings.get("seed"))
+    searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
+                                        metric=spec.metric, mode=spec.mode)
+    return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
+                    population=scheduler_type.population)
+
+
+def check_before_ray(spec: ExperimentSpec) -> None:
+    """`prepare`'s checks up to the env's and the metric's, in its order, before Ray, torch or MLflow is
+    imported; UserError with prepare's own text. prepare runs them again (an env is built once).
+
+    It stops, leaving the rest to prepare, at the first thing only Ray can judge: an RLlib algorithm
+    outside our table (trainables.RLLIB_ACTIONS), an env that only Ray Tune's registry may know.
+    RLlib's settings are checked after (its AlgorithmConfig loads Ray and torch), so a space with an
+    unknown RLlib setting and a bad env_config is refused for the env_config.
+    """
+    from tune_runner.trainables import catalog as trainables
+    from tune_runner.trainables import env_check
+
+    if _needs_plugin_files(spec):
+        spec = _load_plugins(spec)
+    trainable = _resolve(spec, _resolve_without_ray)
+    if trainable is None:
+        return
+    if trainables.is_own(trainable) or trainable in trainables.ORACLES:
+        _check_settings(spec, trainable)
+    spec = _absolute_task_fn(spec)
+    import gymnasium
+
+    if spec.env not in gymnasium.envs.registry:
+        return  # Ray Tune's registry may hold it (check_env, in prepare)
+    env_check.check_env(spec, trainable)
+    check_metric(spec, trainable)
+
+
+def _needs_plugin_files(spec: ExperimentSpec) -> bool:
+    """Whether prepare would load a file that matters here: a user's (its agents, its envs), or our shipped
+    envs for an env that gymnasium does not know yet. Loading them imports Ray: envs/custom_env.py does."""
+    import gymnasium
+
+    from tune_runner.paths import shipped
+
+    local = Path.cwd() / "envs"
+    users = bool(spec.plugins) or local.is_dir() and local.resolve() != shipped("envs").resolve()
+    return users or spec.env not in gymnasium.envs.registry
+
+
+def _resolve_without_ray(trainable: str) -> str | None:
+    """`trainables.resolve` where RLlib's registry is not needed; None where it is."""
+    from tune_runner.trainables import catalog as trainables
+
+    algo = trainable.removeprefix(trainables.RLLIB_PREFIX)
+    if trainable.startswith(trainables.RLLIB_PREFIX) and algo in trainables.RLLIB_ACTIONS:
+        return trainable  # one of RLlib's algorithms: our table of their action kinds names it
+    if trainables.is_own(trainable) or trainable in trainables.ORACLES or \
+            trainable.lower() in trainables.OWN + trainables.ORACLES:
+        return trainables.resolve(trainable)
+    return None
+
+
+def _resolve(spec: ExperimentSpec, resolve: Callable[[str], str | None]) -> str | None:
+    """The spec's trainable, checked by `resolve`; a bad name named with its file and key."""
+    try:
+        return resolve(spec.trainable)
+    except UserError as exc:
+        raise UserError(f"{spec.source}: trainable: {exc}") from None
+
+
+def _check_settings(spec: ExperimentSpec, trainable: str) -> None:
+    """Every fixed and searched key must be a setting of the trainable."""
+    from tune_runner.trainables import catalog as trainables
+
+    keys = list(spec.fixed) + list(spec.searched)
+    for key, problem in trainables.check_settings(trainable, keys):
+        section = "space" if key in spec.searched else "fixed"
+        raise UserError(f"{spec.source}: {section}.{key}: {problem}")
+
+
+def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:
+    """A fixed `env_task_fn` file path made absolute: trials run in their own directories."""
+    from tune_runner.trainables.curriculum import TASK_FN, absolute_ref
+
+    if TASK_FN not in spec.fixed:
+        return spec
+    try:
+        return replace(spec, fixed={**spec.fixed, TASK_FN: absolute_ref(spec.fixed[TASK_FN])})
+    except UserError:
+        return spec  # check_config names what is wrong with it
+
+
+def check_metric(spec: ExperimentSpec, trainable: str) -> None:
+    """The metric to optimize must be one the trainable reports."""
+    from tune_runner.trainables import catalog as trainables
+
+    known = (*trainables.reported(trainable), *trainables.TIME_ATTRS)
+    if spec.metric not in known:
+        raise UserError(f"{spec.source}: metric: {unknown_name(f'metric of {spec.trainable}', spec.metric, known)}")
+
+
+def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler: Any, searcher: Any) -> None:
+    """Scheduler x searcher x trainable combinations that cannot work, refused with the reason."""
+    from tune_runner.trainables import catalog as trainables
+
+    where, name = spec.source, spec.searcher.name
+    if scheduler.searcher and name != scheduler.searcher:
+        raise UserError(f"{where}: scheduler: {kind} works only with searcher {scheduler.searcher} "
+                        f"(BOHB = HyperBand + its own model), got searcher {name}; set searcher: {scheduler.searcher}")
+    if searcher.scheduler and kind != searcher.scheduler:
+        raise UserError(f"{where}: searcher: {name} works only with scheduler {searcher.scheduler}, got "
+                        f"scheduler {kind}; set scheduler: {searcher.scheduler}")
+    if scheduler.population and searcher.model_based:
+        raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
+                        f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
+    if scheduler.needs_checkpoints and not trainables.can_checkpoint(trainable):
+        why = "copies checkpoints between trials" if scheduler.population else "pauses trials and resumes them"
+        raise UserError(f"{where}: scheduler: {kind} {why}, and trainable {spec.trainable} cannot save a "
+                        f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
+
+
+def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
+    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
+    from tune_runner.trainables import catalog as trainables
+
+    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
+    candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
+    for config in candidates:
+        problem = trainables.check_config(trainable, config)
+        if problem:
+            return problem
+    return None
+
+
+def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]]:
+    """The resource bundles one trial asks for (its config's sample), e.g. [{"CPU": 1}, {"CPU": 1}]."""
+    config = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env,
+              "env_config": spec.env_config}
+    request = getattr(trainable, "default_resource_request", None)
+    factory = request(config) if callable(request) else None
+    if factory is None:
+        return [{"CPU": 1.0}]
+    return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
+
+
+def check_resources(spec: ExperimentSpec, prepared: Prepared) -> None:
+    """A trial that no node can hold would stay PENDING forever in Ray; refuse it before launch."""
+    import ray
+
+    bundles = trial_request(spec, prepared.trainable)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    total: Counter = Counter()
+    for bundle in bundles:
+        total.update(bundle)
+    have: Counter = Counter()
+    for node in nodes:
+        have.update({k: v for k, v in node.items() if k in total})
+    short = {k: v for k, v in total.items() if v > have.get(k, 0) + 1e-9}
+    unplaceable = [b for b in bundles if not any(all(node.get(k, 0) >= v for k, v in b.items()) for node in nodes)]
+    if not short and not unplaceable:
+        return
+    ask = ", ".join(f"{_num(v)} {k}" for k, v in total.items())
+    got = ", ".join(f"{_num(have.get(k, 0))} {k}" for k in total)
+    hint = "lower num_env_runners (or the trial's CPUs/GPUs), or run on a bigger Ray (--num-cpus, --address)"
+    raise UserError(f"{spec.source}: one trial of {spec.trainable} asks for {ask} "
+                    f"({len(bundles)} bundle(s)), the Ray cluster has {got}; {hint}")
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def check_storage(storage: Path | str) -> None:
+    """The results folder must exist or be creatable, and be writable, before anything starts.
+    A URI (tune_runner.storage) must at least open and answer."""
+    from tune_runner import storage as results
+    from tune_runner.paths import unwritable
+
+    if results.is_uri(storage):
+        results.exists(str(storage))
+        return
+    problem = unwritable(Path(storage))
+    if problem:
+        raise UserError(f"--storage {storage}: cannot create or write a folder there ({problem}); "
+                        f"choose a folder you can write to")
+
+
+def check_address(address: str, *, timeout_s: float = 5.0) -> None:
+    """A cluster address (host:port or ray://host:port) where nothing answers fails here in seconds;
+    ray.init would retry it for about a quarter of an hour before giving up."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if address == "auto" or "://" in target or not sep or not port.isdigit():
+        return  # ray.init judges these (and finds `auto` itself)
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(f"--address {address}: nothing answers at {host}:{port} ({reason}); check the address "
+                        f"(the head's GCS port, 6379 by default, or ray://host:10001), or drop --address for "
+                        f"a local Ray") from None
+
+
+def check_register(spec: ExperimentSpec, name: str | None) -> None:
+    """--register-model needs a trainable whose policy we export (ours), and a usable name."""
+    from tune_runner.trainables.catalog import OWN
+
+    if name is None:
+        return
+    if not name.strip() or "/" in name or ":" in name:
+        raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
+    if spec.trainable not in OWN:
+        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
+                        f"a model (only {', '.join(OWN)}); drop --register-model")
+
+
+RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
+
+
+def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: float | None) -> ExperimentSpec:
+    """--cpus-per-trial / --gpus-per-trial into the spec: our trainables read `cpus_per_trial` and
+    `gpus_per_trial`; RLlib gets its own settings (the main process's CPUs, the learner's GPUs)."""
+    if cpus is None and gpus is None:
+        return spec
+    from tune_runner.trainables.catalog import ORACLES, is_own
+
+    fixed = dict(spec.fixed)
+    if is_own(spec.trainable) or spec.trainable in ORACLES:
+        fixed.update({k: v for k, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)) if v is not None})
+    else:
+        if cpus is not None:
+            fixed["num_cpus_for_main_process"] = cpus
+        if gpus is not None:
+            fixed["num_gpus_per_learner"] = gpus
+    return replace(spec, fixed=fixed)
+
+

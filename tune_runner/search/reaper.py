@@ -1,0 +1,90 @@
+"""A watchdog that ends our local Ray's processes when the `tune-rl` driver dies without cleaning up.
+
+`ray.init()` starts a local Ray (GCS, raylet, dashboard, agents, workers) as children of the
+driver. After `kill -9` of the driver, Ray leaves several of them running (the dashboard and
+runtime-env agents among them). `ensure_ray` marks every process it starts with
+`TUNE_RL_DRIVER_PID=<pid>` in the environment (inherited by Ray's daemons and by the workers
+the raylet forks) and starts this watchdog in its own session:
+
+    python -m tune_runner.search.reaper DRIVER_PID
+
+It polls the driver; once the driver is gone it sends SIGTERM to every process carrying the
+mark, waits, sends SIGKILL to what is left, and exits. A driver that shuts Ray down itself
+leaves nothing to reap. Linux only (it reads /proc); elsewhere it exits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+MARK = "TUNE_RL_DRIVER_PID"
+
+
+def marked(driver: int) -> list[int]:
+    """Pids whose environment carries the driver's mark (never this process)."""
+    needle = f"{MARK}={driver}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # a zombie is dead for our purposes
+        return stat.read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def reap(driver: int, *, grace_s: float = 3.0) -> int:
+    """End every marked process; returns how many there were."""
+    pids = marked(driver)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in [*pids, *marked(driver)]:  # and any worker forked meanwhile
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def watch(driver: int, *, poll_s: float = 0.5) -> None:
+    while alive(driver):
+        time.sleep(poll_s)
+    reap(driver)
+
+
+def main() -> None:
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit() or not Path("/proc").is_dir():
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is for the driver, not for us
+    watch(int(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Re-evaluation: train the top K configs again on N fresh seeds, as one small Tune run of its own,
+and rank them with the statistics of tune_runner.results.robust.
+
+It runs a search of its own, so it lives with the search (search/) and not with the results it ranks:
+results/ reads finished searches and imports nothing from search/.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from tune_runner.results.robust import Candidate, SeedRun, Verdict, rank, summarise, target_of
+from tune_runner.spec.experiment import ExperimentSpec
+
+CANDIDATE_KEY = "tune_rl_candidate"  # the re-evaluation run's candidate index; trainables ignore it
+SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a search uses by default
+
+
+def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, storage: Path, name: str,
+               out: TextIO, first_seed: int = SEED_BASE) -> Verdict:
+    """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    from tune_runner.search.progress_csv import ProgressCSV
+    from tune_runner.search.stopper import BudgetStopper
+    from tune_runner.trainables import catalog as trainables
+
+    seed_values = [first_seed + i for i in range(seeds)]
+    keys = sorted({key for c in picks for key in c.config if key != "seed"})
+    space: dict[str, Any] = {"env": spec.env, "env_config": dict(spec.env_config),
+                             CANDIDATE_KEY: tune.grid_search(list(range(len(picks)))),
+                             "seed": tune.grid_search(seed_values)}
+    for key in keys:
+        space[key] = tune.sample_from(_Pick(picks, key))
+    print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
+          f"{spec.budget_env_steps:,} env steps)", file=out, flush=True)
+    tuner = tune.Tuner(
+        trainables.trainable_class(spec.trainable), param_space=space,
+        tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
+                                    max_concurrent_trials=spec.max_concurrent),
+        run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=BudgetStopper(spec), verbose=0,
+                                  callbacks=[_Progress(picks, spec, out), ProgressCSV(),
+                                             JsonLoggerCallback()],
+                                  failure_config=tune.FailureConfig(max_failures=1),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+    runs = _seed_runs(tuner.fit(), spec, count=len(picks))
+    target = target_of(spec)
+    return rank([summarise(pick, runs[i], target=target) for i, pick in enumerate(picks)], mode=spec.mode,
+                target=target)
+
+
+def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list[SeedRun]]:
+    """Each candidate's runs from Tune's result grid: the last result under BudgetStopper is where a run
+    reached stop_at, if it did. A run that reported no finite value is left out."""
+    runs: dict[int, list[SeedRun]] = {i: [] for i in range(count)}
+    for result in grid:
+        config, metrics = result.config or {}, result.metrics or {}
+        value = metrics.get(spec.metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            reached_at = int(metrics.get("env_steps", 0)) if spec.reached(metrics) else None
+            runs[int(config[CANDIDATE_KEY])].append(SeedRun(int(config["seed"]), float(value), reached_at))
+    return runs
+
+
+class _Pick:
+    """`tune.sample_from` body: the value of `key` in the trial's candidate config (picklable)."""
+
+    def __init__(self, picks: Sequence[Candidate], key: str) -> None:
+        self.values = [c.config.get(key) for c in picks]
+
+    def __call__(self, spec: Any) -> Any:
+        return self.values[int(spec.config[CANDIDATE_KEY])]
+
+
+def _progress_class() -> type:
+    from ray.tune import Callback
+
+    class Progress(Callback):
+        def __init__(self, picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> None:
+            self.picks, self.spec, self.out = picks, spec, out
+
+        def __getstate__(self) -> dict:
+            return {"picks": self.picks, "spec": self.spec, "out": None}
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            index, last = int(trial.config[CANDIDATE_KEY]), trial.last_result or {}
+            value = last.get(self.spec.metric, math.nan)
+            solved = ""
+            if self.spec.stop_at is not None:
+                solved = f", solved at {int(last.get('env_steps', 0)):,} env steps" if self.spec.reached(last) \
+                    else f", not solved in {self.spec.budget_env_steps:,} env steps"
+            if self.out is not None:
+                print(f"  #{index + 1} {self.picks[index].trial_id} seed {trial.config['seed']}: "
+                      f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
+
+    return Progress
+
+
+def _Progress(picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> Any:  # noqa: N802 - a class factory
+    return _progress_class()(picks, spec, out)

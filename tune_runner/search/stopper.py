@@ -1,0 +1,25 @@
+"""The stopper of every tune-rl Tune run: a trial ends at the env-step budget or at the space's `stop_at`.
+
+Its own module so that re-evaluation (search/reevaluate.py) uses it without importing the runner.
+Searches started by 0.1.0 pickled it as `tune_runner.runner.BudgetStopper`: search/runner.py imports it
+from here, and the alias table (tune_runner/_moved.py) maps that old path to search/runner.
+"""
+
+from __future__ import annotations
+
+from ray.tune import Stopper
+
+from tune_runner.spec.experiment import ExperimentSpec
+
+
+class BudgetStopper(Stopper):
+    """Ends a trial at the env-step budget, or once it reaches the space's `stop_at`."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return int(result.get("env_steps", 0)) >= self.spec.budget_env_steps or self.spec.reached(result)
+
+    def stop_all(self) -> bool:
+        return False

@@ -1,0 +1,359 @@
+"""Space files and flags → one validated experiment spec.
+
+This is the only module that reads a space file. Everything downstream takes an
+`ExperimentSpec` and never sees raw YAML or argparse namespaces.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_runner import paths
+from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
+from tune_runner.spec.search_space import Param, _short, parse_space
+
+TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "reevaluate", "fixed", "space",
+            "backends", "plugins")
+MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
+REQUIRED = ("trainable", "env", "budget")
+BUDGET_KEYS = ("env_steps",)
+RESERVED = ("env", "env_config")  # keys of the trial config that name the environment
+
+
+@dataclass(frozen=True)
+class Component:
+    """A searcher or scheduler: a registered name plus inline settings."""
+
+    name: str
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """Everything a search needs, validated. Treat the dict fields as read-only."""
+
+    name: str
+    source: str
+    description: str
+    trainable: str
+    env: str
+    env_config: dict
+    metric: str
+    mode: str
+    budget_env_steps: int
+    searcher: Component
+    scheduler: Component
+    num_samples: int
+    max_concurrent: int | None
+    fixed: dict
+    space: tuple[Param, ...]
+    source_sha256: str = ""
+    stop_at: float | None = None
+    reevaluate: bool | dict = True
+    plugins: tuple[str, ...] = ()
+    """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
+
+    def reached(self, result: dict) -> bool:
+        """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
+        value = result.get(self.metric)
+        if self.stop_at is None or not isinstance(value, (int, float)) or value != value:
+            return False
+        return value >= self.stop_at if self.mode == "max" else value <= self.stop_at
+
+    def ending(self, result: dict) -> str:
+        """How a finished trial ended: `done` (full budget), `solved` (stop_at) or `stopped_early`."""
+        if self.reached(result):
+            return "solved"
+        return "done" if int(result.get("env_steps", 0)) >= self.budget_env_steps else "stopped_early"
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """Names of the searched hyperparameters, in file order."""
+        return tuple(p.name for p in self.space)
+
+    @property
+    def num_trials(self) -> int:
+        """Trials Tune will run: num_samples times every grid's size."""
+        total = self.num_samples
+        for param in self.space:
+            if param.dist == "grid":
+                total *= len(param.args)
+        return total
+
+    def param_space(self) -> dict:
+        """Ray Tune's `param_space`: env, env_config, fixed values and search domains."""
+        space = {"env": self.env, "env_config": copy.deepcopy(self.env_config)}
+        space.update(copy.deepcopy(self.fixed))
+        space.update({p.name: p.to_tune() for p in self.space})
+        if self.plugins:
+            space["tune_rl_plugins"] = list(self.plugins)
+        return space
+
+    def as_dict(self) -> dict:
+        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results."""
+        return {
+            "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
+            "description": self.description, "trainable": self.trainable, "env": self.env,
+            "env_config": self.env_config, "metric": self.metric, "mode": self.mode,
+            "budget": {"env_steps": self.budget_env_steps}, "stop_at": self.stop_at,
+            "searcher": {"name": self.searcher.name, **self.searcher.settings},
+            "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
+            "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
+            "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
+            "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
+                      for p in self.space},
+        }
+
+    def with_overrides(self, **changes: Any) -> ExperimentSpec:
+        """A copy with some fields replaced (used by the CLI's plain flags)."""
+        return replace(self, **changes)
+
+
+def shipped_spaces() -> dict[str, Path]:
+    """Shipped space names → files."""
+    return {p.stem: p for p in sorted(paths.shipped("search_spaces").glob("*.yaml"))}
+
+
+def resolve_space(ref: str) -> Path:
+    """A shipped space name or a path to a user's YAML file."""
+    path = Path(ref).expanduser()
+    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in ref:
+        if path.is_dir():
+            raise UserError(f"--space {ref}: a folder, expected a YAML file; give one of its .yaml files")
+        if not path.exists():  # a pipe or an unreadable file: read says what it is
+            raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
+                            f"or a shipped space name (tune-rl spaces list)")
+        return path
+    spaces = shipped_spaces()
+    if ref not in spaces:
+        raise UserError(f"--space: {unknown_name('space', ref, spaces)}")
+    return spaces[ref]
+
+
+def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
+    """Load a space by name or path, apply `--set key=value` overrides, validate."""
+    path = resolve_space(ref)
+    raw = read_yaml_mapping(path, expected="a mapping of settings at the top level")
+    overrides = list(overrides)
+    chosen = raw.get("trainable")
+    for item in overrides:
+        key, value = parse_override(item)
+        chosen = value if key == "trainable" else chosen
+    raw = apply_backend(raw, chosen, where=str(path))
+    for item in overrides:
+        apply_override(raw, item)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return build_spec(raw, name=path.stem, source=str(path), sha256=digest)
+
+
+def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
+    """Merge the `backends:` section for the chosen trainable into the space (then drop the section).
+
+        trainable: ppo
+        fixed: {num_envs_per_env_runner: 32}
+        backends:
+          rllib/PPO: {budget: {env_steps: 50000}, fixed: {num_envs_per_env_runner: 8}}
+    """
+    sections = raw.pop("backends", None)
+    if sections is None:
+        return raw
+    if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
+        raise UserError(f"{where}: backends: expected a mapping of trainable name: {{settings}}, "
+                        f"got {_short(sections)}")
+    section = sections.get(trainable) or {}
+    merged = copy.deepcopy(raw)
+    for key, value in section.items():
+        if key not in TOP_KEYS or key in ("trainable", "backends"):
+            raise UserError(f"{where}: backends.{trainable}.{key}: not allowed in a backend section")
+        if key in MERGED and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+            if key == "fixed" and isinstance(merged.get("space"), dict):
+                for name in value:  # a value fixed for this backend is no longer searched
+                    merged["space"].pop(name, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value` → (key, value), the value read as YAML with lenient numbers."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set {item}: expected KEY=VALUE, e.g. --set lr=3.0e-4")
+    return key.strip(), parse_value(text)
+
+
+def parse_value(text: str) -> Any:
+    """A flag value: numbers first (so `1e-5` is a float here), then YAML."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    try:
+        return load_yaml_text(text)
+    except DuplicateKeyError as exc:
+        raise UserError(f"{text}: {exc}") from None
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """Apply one `--set`: budget, a top-level setting, env_config.X, or a fixed value.
+
+    Setting a searched hyperparameter (or a searched env_config.X) pins it: it leaves the space.
+    """
+    key, value = parse_override(item)
+    if key in ("budget", "budget.env_steps"):
+        raw["budget"] = {"env_steps": value}
+    elif key.startswith("env_config."):
+        raw.setdefault("env_config", {})
+        if isinstance(raw["env_config"], dict):
+            raw["env_config"][key.removeprefix("env_config.")] = value
+        if isinstance(raw.get("space"), dict):
+            raw["space"].pop(key, None)
+    elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
+        raw[key] = value
+    else:
+        space = raw.get("space")
+        if isinstance(space, dict):
+            space.pop(key, None)
+        fixed = raw.setdefault("fixed", {})
+        if not isinstance(fixed, dict):
+            raise UserError(f"--set {item}: cannot apply, 'fixed' in the space file is not a mapping")
+        fixed[key] = value
+
+
+def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> ExperimentSpec:
+    """Validate a parsed space mapping into an ExperimentSpec."""
+    where = source
+    for key in raw:
+        if key not in TOP_KEYS:
+            near = closest(key, TOP_KEYS)
+            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(TOP_KEYS)}"
+            raise UserError(f"{where}: {key}: unknown key; {hint}")
+    for key in REQUIRED:
+        if key not in raw:
+            raise UserError(f"{where}: {key}: missing; every space file names its "
+                            f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
+    mode = _typed(raw, "mode", str, where, default="max")
+    if mode not in ("max", "min"):
+        raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
+    space = parse_space(raw.get("space"), where=where)
+    fixed = _typed(raw, "fixed", dict, where, default={})
+    for key in RESERVED:
+        if key in fixed or key in {p.name for p in space}:
+            search = "; search one of its keys as space: {env_config.NAME: {choice: [...]}}" \
+                if key == "env_config" else ""
+            raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space{search}")
+    return ExperimentSpec(
+        name=name, source=source, source_sha256=sha256,
+        description=_typed(raw, "description", str, where, default=""),
+        trainable=_typed(raw, "trainable", str, where),
+        env=_typed(raw, "env", str, where),
+        env_config=_typed(raw, "env_config", dict, where, default={}),
+        metric=_typed(raw, "metric", str, where, default="episode_return_mean"),
+        mode=mode,
+        budget_env_steps=budget_steps(raw["budget"], where),
+        stop_at=number_setting(raw, "stop_at", where),
+        searcher=_component(raw, "searcher", where, default="random"),
+        scheduler=_component(raw, "scheduler", where, default="fifo"),
+        num_samples=_positive_int(raw, "num_samples", where, default=1),
+        max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
+        fixed=fixed,
+        space=space,
+        reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
+        plugins=_plugin_paths(raw.get("plugins", []), where),
+    )
+
+
+def _plugin_paths(value: Any, where: str) -> tuple[str, ...]:
+    """`plugins:` as absolute paths; relative ones are relative to the space file's folder."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise UserError(f"{where}: plugins: expected a list of .py files or folders, got {_short(value)}")
+    base = Path(where).parent if Path(where).is_file() else Path.cwd()
+    return tuple(str((base / Path(v).expanduser()).resolve()) for v in items)
+
+
+def _reevaluate_setting(value: Any, where: str) -> bool | dict:
+    """`reevaluate: false`, `true` (the default: 2 configs x 3 seeds, capped), or `{top: K, seeds: N}`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, dict) and set(value) <= {"top", "seeds"} and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value.values()):
+        return dict(value)
+    raise UserError(f"{where}: reevaluate: expected false, true or {{top: 2, seeds: 3}} (positive integers), "
+                    f"got {_short(value)}")
+
+
+def _typed(raw: dict, key: str, kind: type, where: str, *, default: Any = ...) -> Any:
+    value = raw.get(key, default)
+    if value is ...:
+        raise UserError(f"{where}: {key}: missing")
+    if value is None and default is not ...:
+        return copy.deepcopy(default)
+    if not isinstance(value, kind):
+        raise UserError(f"{where}: {key}: expected {_kind(kind)}, got {_short(value)}")
+    return value
+
+
+def _kind(kind: type) -> str:
+    return {str: "a string", dict: "a mapping", int: "an integer", list: "a list"}.get(kind, kind.__name__)
+
+
+def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> int | None:
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
+    return value
+
+
+def number_setting(raw: dict, key: str, where: str) -> float | None:
+    """An optional number setting (None when absent), with a fix for YAML's `1e5`-as-text."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fix = f"; write {value.replace('e', '.0e', 1)}" if isinstance(value, str) and "e" in value else ""
+        raise UserError(f"{where}: {key}: expected a number, got {_short(value)}{fix}")
+    return float(value)
+
+
+def budget_steps(value: Any, where: str) -> int:
+    """The `budget:` mapping's env steps, checked."""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: budget: expected a mapping like {{env_steps: 100000}}, got {_short(value)}")
+    for key in value:
+        if key not in BUDGET_KEYS:
+            raise UserError(f"{where}: budget.{key}: {unknown_name('budget key', key, BUDGET_KEYS)}")
+    steps = value.get("env_steps")
+    if isinstance(steps, float) and steps.is_integer():
+        steps = int(steps)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        fix = "; write 100000 or 1.0e+5" if isinstance(steps, str) else ""
+        raise UserError(f"{where}: budget.env_steps: expected a positive whole number of env steps, "
+                        f"got {_short(steps)}{fix}")
+    return steps
+
+
+def _component(raw: dict, key: str, where: str, *, default: str) -> Component:
+    value = raw.get(key, default)
+    if isinstance(value, str):
+        return Component(value, {})
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        settings = {k: v for k, v in value.items() if k != "name"}
+        return Component(value["name"], settings)
+    raise UserError(f"{where}: {key}: expected a name like 'asha' or a mapping "
+                    f"{{name: asha, grace_period: ...}}, got {_short(value)}")

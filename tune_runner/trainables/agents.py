@@ -1,0 +1,120 @@
+"""Agents by name: the learning rule a trial runs. Ours are `ppo` and `dqn`; a user adds one with
+`@register_agent("name")` in a plugin file (an `envs/` folder, `--plugins`, or `plugins:` in a space file).
+
+A user's agent is a class with
+
+    add_args(parser)                     its hyperparameters: flags of `tune-rl train`, keys of a space file
+    __init__(self, args)                 those options, plus env, env_config, seed, device, model, model_config
+    train_iteration() -> dict            one iteration; reports at least episode_return_mean and env_steps.
+                                         A loss it did not compute (no update yet) is None or left out;
+                                         a NaN or infinite loss it did compute stops the trial as diverged
+    compute_actions(obs, explore=False)  actions for a batch of observations (evaluate, load_policy)
+    get_state() / set_state(state)       optional: checkpoints (PBT, resume, evaluate)
+    get_weights() / set_weights(w)       optional (seed 000's shape)
+    close()                              optional
+    action_spaces = ("Box",)             optional: the gymnasium space classes it trains on (and
+    observation_spaces = ("Box",)        observation_spaces); a search on another env is refused
+                                         before launch. Undeclared: any
+
+`tune_runner.algos.Learner` is that contract as a typing.Protocol. `tune_runner.algos.make_vec_env`
+and `tune_runner.algos.networks.build_model` give it the same vector env and registered networks our agents use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from tune_runner.plugins import AGENTS
+from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins
+
+AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
+AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
+# Our agents' settings, importable without torch: `tune-rl train --help` lists them without a learner.
+CONFIGS = {"ppo": "tune_runner.algos.config:PPOConfig", "dqn": "tune_runner.algos.config:DQNConfig"}
+PROVIDED = ("seed", "model", "model_config")  # keys every user agent accepts besides its add_args options
+REQUIRED = ("train_iteration", "compute_actions")
+
+
+class ArgsConfig:
+    """A user agent's config: its add_args options as an argparse Namespace (ours use dataclasses)."""
+
+    def __init__(self, name: str, cls: type) -> None:
+        self.name, self.cls = name, cls
+
+    def names(self) -> list[str]:
+        from tune_runner.add_args import options
+
+        return [*options(self.cls, prog=f"agent {self.name}"), *PROVIDED]
+
+    def from_dict(self, values: Mapping[str, Any]) -> argparse.Namespace:
+        """Defaults updated by `values`; an unknown key is a ValueError with the closest option."""
+        from tune_runner.add_args import parse_options
+        from tune_runner.algos.networks import BUILT_IN, check_model
+
+        own = {k: v for k, v in values.items() if k not in PROVIDED}
+        args = parse_options(self.cls, own, prog=f"agent {self.name}")
+        args.seed = int(values.get("seed", 0))
+        args.model, args.model_config = values.get("model", BUILT_IN), dict(values.get("model_config") or {})
+        check_model(args.model, args.model_config)
+        return args
+
+
+def names() -> list[str]:
+    """Every registered agent."""
+    return list(AGENTS)
+
+
+def is_agent(name: str) -> bool:
+    return name in AGENTS
+
+
+def agent_class(name: str) -> type:
+    """The registered class; a user's must have the methods a trial calls."""
+    cls = AGENTS.get(name)
+    missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
+    if missing:
+        raise ValueError(f"agent {name!r} ({cls.__module__}.{cls.__qualname__}) lacks {', '.join(missing)}; "
+                         f"see tune_runner/trainables/agents.py for what an agent provides")
+    return cls
+
+
+def config_class(name: str) -> Any:
+    """An object with `from_dict(values)`: our dataclass config, or the add_args adapter of a user agent."""
+    if name in CONFIGS:
+        module, _, attr = CONFIGS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    cls = agent_class(name)
+    return getattr(cls, "config_class", None) or ArgsConfig(name, cls)
+
+
+def is_ours(name: str) -> bool:
+    """Whether the agent takes our learner constructor (config dataclass, env_id, env_config, device)."""
+    return getattr(AGENTS.get(name), "config_class", None) is not None
+
+
+def build(name: str, settings: Mapping[str, Any], *, env: str, env_config: Mapping[str, Any], device: str) -> Any:
+    """A learner of agent `name` for one trial's settings (already nested, aliases renamed)."""
+    cls, config = agent_class(name), config_class(name)
+    if is_ours(name):
+        return cls(config.from_dict(settings), env_id=env, env_config=dict(env_config), device=device)
+    args = config.from_dict(settings)
+    args.env, args.env_config, args.device = env, dict(env_config), device
+    return cls(args)
+
+
+def checkpoints(name: str) -> bool:
+    """Whether the agent's state can be saved and restored (get_state and set_state)."""
+    cls = AGENTS.get(name)
+    return callable(getattr(cls, "get_state", None)) and callable(getattr(cls, "set_state", None))
+
+
+def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", seed_offset: int = 0) -> Any:
+    """A learner for one trial config (rollout workers pass a seed offset)."""
+    load_trial_plugins(config)
+    settings = learner_settings(config)
+    if seed_offset:
+        settings["seed"] = int(settings.get("seed", 0)) + seed_offset
+    return build(name, settings, env=config["env"], env_config=env_config_of(config), device=device)

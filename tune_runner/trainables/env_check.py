@@ -1,0 +1,149 @@
+"""The env, built before launch with the real env_config and checked against what the trainable trains.
+
+A constructor error (an unknown keyword, a bad value) or a space the trainable cannot train is
+refused here in one line, without Ray; a trial would find it only after Ray, the results folder
+and the MLflow run exist. A searched `env_config.NAME` (a space key whose value the trial finds
+in its env_config) is built at every choice and at both ends of its range, as the
+hyperparameters are checked. Each distinct (env, env_config) is built once per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tune_runner.algos.config import MASK_KEYS, MASKED
+from tune_runner.errors import UserError
+from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from tune_runner.spec.experiment import ExperimentSpec
+    from tune_runner.spec.search_space import Param
+    from tune_runner.trainables.catalog import Trains
+
+WORDS = {"Box": "continuous", "Discrete": "discrete"}  # how a hint names the kind of actions
+
+
+
+
+def check_env(spec: ExperimentSpec, trainable: str) -> None:
+    """Build the spec's env at every env_config a trial can get and check its spaces; UserError otherwise."""
+    from tune_runner.trainables.catalog import trains
+
+    needs = trains(trainable)
+    if needs is None:
+        return  # the trainable builds no env (the oracle)
+    for corner, env_config in env_configs(spec):
+        try:
+            spaces = env_spaces(spec.env, env_config)
+        except Exception as exc:  # noqa: BLE001 - the user's env code: any failure is a bad env or env_config
+            raise UserError(_build_problem(spec, corner or _culprit(spec), env_config, exc)) from None
+        problem = None if spaces is None else space_problem(spec.trainable, spec.env, needs, spaces)
+        if problem:
+            raise UserError(f"{spec.source}: {problem}" if corner is None else f"{spec.source}: {corner}: {problem}")
+
+
+@dataclass(frozen=True)
+class Corner:
+    """A searched env_config key at one of the values the check builds."""
+
+    key: str
+    value: Any
+    which: str  # a choice, the low end, the high end
+
+    def __str__(self) -> str:
+        return f"space.{self.key} = {self.value!r} ({self.which})"
+
+
+def corners(param: Param) -> list[Corner]:
+    """Every choice, or both ends of the range."""
+    if param.dist in ("choice", "grid"):
+        return [Corner(param.name, value, "a choice") for value in param.extremes()]
+    low, high = param.extremes()
+    return [Corner(param.name, low, "the low end"), Corner(param.name, high, "the high end")]
+
+
+def env_configs(spec: ExperimentSpec) -> Iterator[tuple[Corner | None, dict[str, Any]]]:
+    """(None, the config with each searched env_config key at its first corner), then (corner, that
+    config with one key at that corner): each choice and range end, as the hyperparameters are checked."""
+    searched = [p for p in spec.space if p.name.startswith(PREFIX)]
+    base = {**spec.fixed, "env_config": spec.env_config, **{p.name: p.extremes()[0] for p in searched}}
+    yield None, env_config_of(base)
+    for param in searched:
+        for corner in corners(param):
+            yield corner, env_config_of({**base, param.name: corner.value})
+
+
+def _culprit(spec: ExperimentSpec) -> Corner | None:
+    """When the first config fails: the searched key at its first corner, if the env builds with another of
+    its values; None when none does (the fixed env_config is at fault)."""
+    firsts = {p.name: corners(p)[0] for p in spec.space if p.name.startswith(PREFIX)}
+    for corner, env_config in env_configs(spec):
+        if corner is None or corner == firsts[corner.key]:
+            continue
+        try:
+            env_spaces(spec.env, env_config)
+        except Exception:  # noqa: BLE001, S112 - another failing value: look further
+            continue
+        return firsts[corner.key]
+    return None
+
+
+def _build_problem(spec: ExperimentSpec, corner: Corner | None, env_config: dict, exc: Exception) -> str:
+    """One line: the file, what was built, the env's own message and, for a searched value, the fix."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    message = text if isinstance(exc, (TypeError, ValueError)) and text else f"{type(exc).__name__}: {text}"
+    if corner is not None:
+        fix = "drop that choice" if corner.which == "a choice" else "narrow the range"
+        return f"{spec.source}: {corner}: {message}; {fix}"
+    if not env_config:
+        return f"{spec.source}: env: {spec.env} cannot be built: {message}"
+    return f"{spec.source}: env_config: {message}"
+
+
+def kind_accepts(kinds: tuple[str, ...], space: gym.Space) -> bool:
+    """Whether a space is of one of the declared kinds (gymnasium space class names, or MASKED)."""
+    import gymnasium as gym
+
+    masked = isinstance(space, gym.spaces.Dict) and set(space.spaces) == MASK_KEYS
+    return any(masked if kind == MASKED else isinstance(space, getattr(gym.spaces, kind, ())) for kind in kinds)
+
+
+def space_problem(trainable: str, env: str, needs: Trains, spaces: Spaces) -> str | None:
+    """Why `trainable` cannot train on these spaces, with trainables that can; None when it can."""
+    if needs.actions is not None and not kind_accepts(needs.actions, spaces.action):
+        return (f"{trainable} needs {_kinds(needs.actions, 'action')}; {env} has {spaces.action}; "
+                f"{_hint(trainable, spaces)}")
+    if needs.observations is not None and not kind_accepts(needs.observations, spaces.observation):
+        return (f"{trainable} needs {_kinds(needs.observations, 'observation')}; {env} has {spaces.observation}; "
+                f"register a wrapped env that gives Box observations (e.g. gymnasium.wrappers.FlattenObservation)")
+    return None
+
+
+def _kinds(kinds: tuple[str, ...], what: str) -> str:
+    """`a Discrete action space`, `a Box observation space (or a Dict of observations and action_mask)`."""
+    names = [k for k in kinds if k != MASKED]
+    text = f"a {' or '.join(names)} {what} space" if names else f"a {what} space"
+    return text + (" (or a Dict of observations and action_mask)" if MASKED in kinds else "")
+
+
+def _hint(trainable: str, spaces: Spaces) -> str:
+    """The trainables that declare this env's action kind (and accept its observations), best known first."""
+    from tune_runner.trainables.catalog import hint_order, trains
+
+    fits = []
+    for name in hint_order():
+        other = trains(name)
+        if name == trainable or other is None or other.actions is None:
+            continue
+        if kind_accepts(other.actions, spaces.action) and (
+                other.observations is None or kind_accepts(other.observations, spaces.observation)):
+            fits.append(name)
+    kind = type(spaces.action).__name__
+    actions = f"{WORDS.get(kind, kind)} actions"
+    if not fits:
+        return f"no trainable here declares {actions}"
+    return f"use a trainable for {actions} such as {' or '.join(fits[:2])}"

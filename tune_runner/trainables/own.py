@@ -1,0 +1,167 @@
+"""Our own PPO and DQN as Tune trainables: the learners of tune_runner.algos in a trial.
+
+`num_env_runners: 0` (the default) keeps everything in the trial process. With N > 0 the
+trial starts the seeds' architecture inside its placement group (tune_runner.trainables.rollouts):
+a parameter server, N rollout workers and, for DQN, a replay-buffer actor.
+
+Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
+`train_batch_size` so one space file serves both backends.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ray import tune
+
+from tune_runner.algos.config import ALIASES
+from tune_runner.files import write_atomically
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.trial import env_config_of, learner_settings, trainer_bundle, trial_device, trial_threads
+
+CHECKPOINT_FILE = "learner.pkl"
+
+
+def learner_classes(name: str) -> tuple[type, Any]:
+    """(learner class, config class with from_dict) of a registered agent: ours (`ppo`, `dqn`) or a user's."""
+    from tune_runner.trainables import agents
+
+    return agents.agent_class(name), agents.config_class(name)
+
+
+def check_config(name: str, config: dict[str, Any]) -> str | None:
+    """The learner config's own validation, as one line (None when fine)."""
+    from tune_runner.trainables import agents
+
+    try:
+        learner_classes(name)[1].from_dict(learner_settings(config))
+    except (ValueError, TypeError) as exc:
+        return str(exc).strip().splitlines()[0]
+    runners = config.get("num_env_runners", 0)
+    if isinstance(runners, bool) or not isinstance(runners, int) or runners < 0:
+        return f"num_env_runners must be a whole number >= 0, got {runners!r}"
+    if runners and not agents.is_ours(name):
+        return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
+    return None
+
+
+def read_checkpoint(folder: Path) -> dict[str, Any]:
+    """What `OwnTrainable.save_checkpoint` wrote into `folder`: {"learner": state, "runners": state or None}."""
+    with open(folder / CHECKPOINT_FILE, "rb") as f:
+        return pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
+
+
+class OwnTrainable(tune.Trainable):
+    """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer)."""
+
+    learner_name: ClassVar[str] = "ppo"
+
+    def setup(self, config: dict[str, Any]) -> None:
+        import torch
+
+        torch.set_num_threads(trial_threads())
+        self.learner = build_learner(self.learner_name, config, device=trial_device())
+        self.task_fn = None
+        if config.get("env_task_fn"):
+            from tune_runner.trainables import curriculum
+
+            self.task_fn = curriculum.resolve_task_fn(config["env_task_fn"])
+            curriculum.check_task_settable(self.learner.env.env, env_id=config["env"])
+        self.runners = None
+        if config.get("num_env_runners", 0) > 0:
+            from tune_runner.trainables.rollouts import RolloutGroup
+
+            self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
+
+    def step(self) -> dict[str, float]:
+        from tune_runner.audit import audit_result, check_finite, computed, node_id
+
+        result = computed(self.runners.train_iteration(self.learner) if self.runners is not None
+                          else self.learner.train_iteration())
+        check_finite(result)
+        if self.task_fn is not None:
+            result.update(self._advance_curriculum(result))
+        device = getattr(self.learner, "device", "cpu")
+        return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
+                "device": getattr(device, "type", str(device))}
+
+    def _advance_curriculum(self, result: dict[str, float]) -> dict[str, float]:
+        """Set the next task on every env that samples (ours, or the rollout workers'); `task`, their mean."""
+        from tune_runner.trainables import curriculum
+
+        results = curriculum.task_results(result, env_steps=int(result["env_steps"]),
+                                          training_iteration=self.iteration + 1)  # Tune counts it after step()
+        if self.runners is not None:
+            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], results)
+        else:
+            tasks = curriculum.advance(self.task_fn, vector_env=self.learner.env.env, results=results,
+                                       env_ctx=env_config_of(self.config))
+        mean = curriculum.mean_task(tasks)
+        return {} if mean is None else {"task": mean}
+
+    def applied(self) -> dict[str, float]:
+        """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
+        from tune_runner.audit import AUDITED
+
+        out = {}
+        for key in AUDITED:
+            if key not in self.config:
+                continue
+            if key == "lr":
+                if hasattr(self.learner, "optimizer"):  # a user's agent may keep its lr elsewhere
+                    out[key] = self.learner.optimizer.lr
+            else:
+                out[key] = getattr(getattr(self.learner, "config", None), ALIASES.get(key, key), None)
+        return out
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        state = {"learner": self.learner.get_state(),
+                 "runners": self.runners.get_state() if self.runners is not None else None}
+        write_atomically(Path(checkpoint_dir) / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        state = read_checkpoint(Path(checkpoint))
+        self.learner.set_state(state["learner"])
+        if self.runners is not None and state.get("runners") is not None:
+            self.runners.set_state(state["runners"])
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Reuse the actor for the next trial: a new learner, no new process."""
+        self.cleanup()
+        self.setup(new_config)
+        self.config = new_config
+        return True
+
+    def cleanup(self) -> None:
+        if self.runners is not None:
+            self.runners.stop()
+        close = getattr(self.learner, "close", None)
+        if callable(close):
+            close()
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """One bundle for the trainer, one CPU bundle per rollout worker (the seeds' layout)."""
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+
+        runners = int(config.get("num_env_runners", 0) or 0)
+        return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)
+
+
+def own_trainable_class(name: str) -> type[tune.Trainable]:
+    """The Tune trainable for agent `name`: OwnPPO / OwnDQN for ours (module-level), a subclass for a user's."""
+    ours = {"ppo": OwnPPO, "dqn": OwnDQN}
+    if name in ours:
+        return ours[name]
+    return type(f"Agent_{name}", (OwnTrainable,), {"learner_name": name, "__module__": __name__})
+
+
+class OwnPPO(OwnTrainable):
+    learner_name = "ppo"
+
+
+class OwnDQN(OwnTrainable):
+    learner_name = "dqn"

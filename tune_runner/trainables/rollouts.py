@@ -1,0 +1,215 @@
+"""The seeds' distributed architecture inside one trial (`num_env_runners > 0`).
+
+    trainer (the trial) --push weights--> ParameterServer <--pull weights-- RolloutWorker x N
+    RolloutWorker --PPO: rollouts--> trainer
+    RolloutWorker --DQN: transitions--> ReplayBufferActor --minibatches--> trainer
+
+Workers are pinned to the trial's placement-group bundles (one CPU each, see
+OwnTrainable.default_resource_request); the parameter server and the replay buffer take
+no CPU of their own. Each worker acts with its own env copies and seed.
+
+This module only moves weights and data. The learner's own `train_iteration` runs the
+iteration (lr schedule, updates, target network) on a `Workers` source, through the public
+methods of `tune_runner.algos.learner.OwnLearner`. `Workers` takes the Ray calls as plain
+callables, so tests drive the same code with in-process stand-ins for the actors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import ray
+
+from tune_runner.algos.learner import OwnLearner
+from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.trial import env_config_of
+
+Gather = Callable[..., list[dict]]
+"""`gather(weights=, num_steps=, env_steps=)`: every worker's `worker_sample` batch."""
+
+
+@ray.remote(num_cpus=0)
+class ParameterServer:
+    """Holds the newest weights and a version number; workers pull only when it changed."""
+
+    def __init__(self) -> None:
+        self.version, self.weights = 0, None
+
+    def push(self, weights: dict) -> int:
+        self.version += 1
+        self.weights = weights
+        return self.version
+
+    def pull(self, have: int) -> tuple[int, dict | None]:
+        return self.version, (self.weights if have != self.version else None)
+
+
+class SharedReplay:
+    """DQN's replay memory shared by a trial's workers (they add) and its trainer (it draws minibatches)."""
+
+    def __init__(self, capacity: int, fields: dict, seed: int) -> None:
+        from tune_runner.algos.replay import ReplayBuffer
+
+        self.buffer = ReplayBuffer(capacity, fields=fields)
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, transitions: dict) -> int:
+        self.buffer.add_batch(transitions)
+        return len(self.buffer)
+
+    def sample(self, count: int, batch_size: int) -> list[dict]:
+        return [self.buffer.sample(batch_size, self.rng) for _ in range(count)]
+
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def get_state(self) -> dict:
+        return {"buffer": self.buffer.get_state(), "rng": self.rng.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        self.buffer.set_state(state["buffer"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+ReplayBufferActor = ray.remote(num_cpus=0)(SharedReplay)
+
+
+class ReplayView(Protocol):
+    """The trainer's view of the shared replay memory."""
+
+    def size(self) -> int: ...
+
+    def sample(self, count: int, batch_size: int) -> list[dict]: ...
+
+
+def worker_sample(learner: OwnLearner, *, weights: Mapping | None, num_steps: int, env_steps: int,
+                  push: Callable[[dict], Any] | None = None) -> dict:
+    """A rollout worker's part of an iteration: take the newest weights (None: unchanged), follow the
+    trial's env steps (DQN's epsilon schedule), collect; with `push` (DQN's shared replay) the
+    transitions go there instead of back to the trainer."""
+    if weights is not None:
+        learner.set_weights(weights)
+    learner.env_steps = env_steps
+    batch = learner.collect(num_steps)
+    if push is not None:
+        push(batch.pop("transitions"))
+    return batch
+
+
+class Workers:
+    """A trial's rollout workers as its learner's data source (a Sampler; for DQN a Replay).
+
+    `sample` sends the learner's weights out and counts what comes back into the learner
+    (`absorb`); the minibatches come from the shared replay. An iteration samples in one
+    round: a round trip to the workers costs far more than one vector step.
+    """
+
+    round_steps = None
+
+    def __init__(self, learner: OwnLearner, *, gather: Gather, count: int, replay: ReplayView | None = None) -> None:
+        self.learner, self.gather, self.count, self.replay = learner, gather, count, replay
+
+    def sample(self, num_steps: int) -> dict[str, Any]:
+        batches = self.gather(weights=self.learner.get_weights(), num_steps=-(-num_steps // self.count),
+                              env_steps=self.learner.env_steps)
+        return self.learner.absorb(batches)
+
+    def size(self) -> int:
+        return self.replay.size()
+
+    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
+        return self.replay.sample(count, batch_size)
+
+
+class ActorReplay:
+    """The replay-buffer actor as a ReplayView."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def size(self) -> int:
+        return ray.get(self.actor.size.remote())
+
+    def sample(self, count: int, batch_size: int) -> list[dict]:
+        return ray.get(self.actor.sample.remote(count, batch_size))
+
+
+@ray.remote(num_cpus=1)
+class RolloutWorker:
+    """Acts in its own vector env with the newest weights; returns or pushes what it collected."""
+
+    def __init__(self, name: str, config: dict, index: int, server: Any, replay: Any) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.learner = build_learner(name, config, seed_offset=1000 * (index + 1))
+        self.server, self.replay, self.version = server, replay, 0
+        self.config_env, self.env_config = config["env"], env_config_of(config)
+
+    def sample(self, num_steps: int, env_steps: int) -> dict:
+        self.version, weights = ray.get(self.server.pull.remote(self.version))
+        push = None if self.replay is None else (lambda transitions: ray.get(self.replay.add.remote(transitions)))
+        return worker_sample(self.learner, weights=weights, num_steps=num_steps, env_steps=env_steps, push=push)
+
+    def advance_curriculum(self, ref: str, results: dict) -> list:
+        """Set the task function's next task on this worker's envs; their tasks."""
+        from tune_runner.trainables import curriculum
+
+        env = self.learner.env.env
+        curriculum.check_task_settable(env, env_id=self.config_env)
+        return curriculum.advance(curriculum.resolve_task_fn(ref), vector_env=env, results=results,
+                                  env_ctx=self.env_config)
+
+
+class RolloutGroup:
+    """The actors of one trial, and its training iteration over them."""
+
+    def __init__(self, name: str, config: dict, *, num_runners: int) -> None:
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.name, self.config = name, config
+        self.server = ParameterServer.remote()
+        self.replay = None
+        if name == "dqn":
+            probe = build_learner(name, config)
+            self.replay = ReplayBufferActor.remote(probe.config.capacity, probe.buffer.fields, probe.config.seed)
+            probe.close()
+        group = get_current_placement_group()
+        self.workers = []
+        for i in range(num_runners):
+            options = {}
+            if group is not None:  # bundle 0 is the trainer's; worker i takes bundle i + 1
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=group, placement_group_bundle_index=i + 1)
+            self.workers.append(RolloutWorker.options(**options).remote(name, config, i, self.server, self.replay))
+
+    def train_iteration(self, learner: OwnLearner) -> dict[str, float]:
+        """The learner's own iteration, on these workers' data."""
+        replay = ActorReplay(self.replay) if self.replay is not None else None
+        return learner.train_iteration(Workers(learner, gather=self._gather, count=len(self.workers), replay=replay))
+
+    def _gather(self, *, weights: dict, num_steps: int, env_steps: int) -> list[dict]:
+        ray.get(self.server.push.remote(weights))
+        return ray.get([w.sample.remote(num_steps, env_steps) for w in self.workers])
+
+    def advance_curriculum(self, ref: str, results: dict) -> list:
+        """Every worker sets the task function's next task on its envs (the trainer's own envs do not
+        sample here); all their tasks."""
+        return [task for tasks in ray.get([w.advance_curriculum.remote(ref, results) for w in self.workers])
+                for task in tasks]
+
+    def get_state(self) -> dict | None:
+        """The replay actor's contents (DQN); workers keep no state worth saving."""
+        return ray.get(self.replay.get_state.remote()) if self.replay is not None else None
+
+    def set_state(self, state: dict | None) -> None:
+        if state is not None and self.replay is not None:
+            ray.get(self.replay.set_state.remote(state))
+
+    def stop(self) -> None:
+        for actor in [*self.workers, self.server, *([self.replay] if self.replay is not None else [])]:
+            ray.kill(actor)
+
