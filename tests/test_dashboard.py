@@ -5,6 +5,7 @@ stopped with Ctrl-C. Screenshots go to tests/artifacts/dashboard/ (git-ignored; 
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import shutil
@@ -295,3 +296,20 @@ def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli,
     client.create_run(client.create_experiment("not-a-search"), run_name="by hand")
     result = cli("dashboard", "--open", "--mlflow-uri", store)
     assert result.status == 2 and f"--open: no search in {store} yet" in result.err, result
+
+
+@pytest.mark.e2e  # two searches logged to MLflow, then MLflow imported again in the child: about 14 s
+def test_the_newest_search_is_looked_up_outside_the_dashboards_own_process(tmp_path):
+    """MLflow's client (about 190 MB) must not stay in the process that keeps the server for hours:
+    the lookup runs in a child, and finds the newest of two searches."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log_synthetic_search(uri, name="older", folder=tmp_path / "results" / "older", count=2)
+    newest = log_synthetic_search(uri, name="newest", folder=tmp_path / "results" / "newest", count=2)
+    code = ("import json, sys; from tune_runner.tracking.dashboard_link import newest_search; "
+            "link = newest_search(sys.argv[1]); print(json.dumps([link.search, link.run_id, 'mlflow' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=300,
+                          env=subprocess_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    search, run_id, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (search, imported) == ("newest", False)
+    assert run_id == newest["parent"]

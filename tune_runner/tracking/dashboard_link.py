@@ -51,11 +51,43 @@ def store_is_new(uri: str) -> bool:
     return path is not None and not path.exists()
 
 
-def newest_search(uri: str) -> DeepLink | None:
+def newest_search(uri: str, *, timeout_s: float = 180.0) -> DeepLink | None:
     """The newest search in the store `uri` (the latest-started parent run), its view saved on its
-    experiment; None when the store holds no search."""
+    experiment; None when the store holds no search.
+
+    It is looked up in a child process: MLflow's client (about 190 MB) would otherwise stay in the
+    dashboard's own process for as long as the server runs.
+    """
     if store_is_new(uri):
         return None
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CHILD, uri], capture_output=True, text=True, timeout=timeout_s)
+    lines = done.stdout.strip().splitlines()
+    answer = json.loads(lines[-1]) if lines else {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    if "error" in answer:
+        raise RuntimeError(f"finding the newest search in {mlflow_uri.redacted(uri)} failed: {answer['error']}")
+    return DeepLink(**answer["link"]) if answer["link"] else None
+
+
+CHILD = "from tune_runner.tracking.dashboard_link import _look_up_in_child; _look_up_in_child()"
+
+
+def _look_up_in_child() -> None:
+    """The child of `newest_search`: argv[1] is the store; one JSON line on stdout."""
+    import dataclasses
+    import sys
+
+    try:
+        link = _newest_search(sys.argv[1])
+        answer: dict[str, Any] = {"link": dataclasses.asdict(link) if link else None}
+    except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(answer), flush=True)
+
+
+def _newest_search(uri: str) -> DeepLink | None:
     from mlflow.tracking import MlflowClient  # slow to import: only for a store that may hold a search
 
     client = MlflowClient(tracking_uri=uri)
