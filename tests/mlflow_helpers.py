@@ -350,11 +350,11 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
     """The MLflow records a search of `folder`'s trials leaves, written by tune-rl's own logging code
     (runner._open_parent, tracking.MlflowTracking's hooks fed with every result); the parent run id."""
-    from tune_runner.results import trials as results
+    from tune_runner.results import analysis
     from tune_runner.search import runner
     from tune_runner.tracking import callback as tracking
 
-    loaded = results.read(folder)
+    loaded = analysis.read(folder)
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, spec.name, uri)
     parent = runner._open_parent(client, exp_id, spec, folder.name, folder, search_id="cd" * 16)

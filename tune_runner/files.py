@@ -201,8 +201,6 @@ def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint."""
-    import os
-
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:

@@ -93,7 +93,7 @@ def experiment_path(ref: str, *, storage: Path | str | None = None, command: str
 
 def load(path: Path) -> Any:
     """ExperimentAnalysis over an experiment folder (no Ray session needed)."""
-    newest = _check_state(path)
+    newest, _ = _check_state(path)
     from ray.tune import ExperimentAnalysis
 
     try:
@@ -107,9 +107,9 @@ def read(path: Path) -> Any:
     when the state holds a value only Ray can decode."""
     from tune_runner.results import trials as results
 
-    newest = _check_state(path)
+    newest, trial_data = _check_state(path)  # read once: checked here, then read as the trials
     try:
-        return results.read(path)
+        return results.from_state(path, trial_data)
     except results.Unreadable:
         return load(path)
     except DAMAGED as exc:  # a trial's state is damaged
@@ -125,9 +125,9 @@ def _damaged(state: Path, exc: Exception) -> UserError:
     return UserError(f"{state}: not a readable experiment state ({type(exc).__name__}: {reason}); {STATE_FIX}")
 
 
-def _check_state(path: Path) -> Path:
-    """The newest experiment_state-*.json of the folder (the one Ray reads: its name holds the time),
-    checked to be a JSON object with a list of trial pairs; one line naming it when it is not."""
+def _check_state(path: Path) -> tuple[Path, list]:
+    """The newest experiment_state-*.json of the folder (the one Ray reads: its name holds the time) and its
+    trial_data, checked to be a list of trial pairs; one line naming the file when it is not."""
     from tune_runner import files
 
     states = sorted(path.glob("experiment_state-*.json"))
@@ -141,7 +141,7 @@ def _check_state(path: Path) -> Path:
         got = files.short(trials) if "trial_data" in state else "nothing (no trial_data key)"
         raise UserError(f"{newest}: trial_data: expected a list of [trial state, run metadata] pairs, got {got}; "
                         f"{STATE_FIX}")
-    return newest
+    return newest, trials
 
 
 def history(analysis: Any, trial_id: str, metric: str) -> list[Any]:

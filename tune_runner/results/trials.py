@@ -25,7 +25,6 @@ from numbers import Number
 from pathlib import Path
 from typing import Any
 
-STATE_GLOB = "experiment_state-*.json"
 PICKLED = "CLOUDPICKLE_FALLBACK"  # Tune's marker for a value it could only pickle
 RAY_SCOPES = ("last", "avg", "last-5-avg", "last-10-avg")  # read from metric_analysis; "all" reads max/min
 
@@ -92,13 +91,10 @@ class Results:
         return best
 
 
-def read(path: Path) -> Results:
-    """The trials of the experiment folder `path` from its newest experiment state (Unreadable: use Ray)."""
-    states = sorted(path.glob(STATE_GLOB))
-    if not states:
-        raise FileNotFoundError(f"{path}: no {STATE_GLOB}")
-    state = json.loads(states[-1].read_text(encoding="utf-8"))
-    return Results(path, [_trial(path, *pair) for pair in state["trial_data"]])
+def from_state(path: Path, trial_data: list) -> Results:
+    """The trials of the experiment folder `path` from its newest experiment state's `trial_data`, as
+    `analysis.read` has read and checked it (Unreadable: use Ray)."""
+    return Results(path, [_trial(path, *pair) for pair in trial_data])
 
 
 def _trial(folder: Path, trial_json: str, metadata_json: str) -> TrialRecord:
