@@ -7,12 +7,14 @@ and bad-input errors stay light.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -275,3 +277,24 @@ def tag_filter(key: str, value: str) -> str:
                 return f"tags.`{key}` = {quote}{value}{quote}"
     pattern = "".join("_" if c in "'\"\\" else c for c in value)
     return f"tags.`{key}` LIKE '{pattern}'"
+
+
+# MLflow work done in a short-lived child (`python -c ...`), so that MLflow's import neither sits on the
+# caller's critical path nor stays in its memory: the child prints one JSON line, an answer or {"error"}.
+def answer_in_child(work: Callable[[], dict[str, Any]]) -> None:
+    """Run `work` in the child and print its answer, or the error it raised, as the last stdout line."""
+    try:
+        answer = work()
+    except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(answer), flush=True)
+
+
+def child_answer(out: str, err: str, *, doing: str) -> dict[str, Any]:
+    """The child's answer from its stdout (its stderr's last line if it died first); RuntimeError
+    `<doing> failed: <reason>` for an error."""
+    lines = out.strip().splitlines()
+    answer = json.loads(lines[-1]) if lines else {"error": (err.strip().splitlines() or ["no output"])[-1]}
+    if "error" in answer:
+        raise RuntimeError(f"{doing} failed: {answer['error']}")
+    return answer

@@ -312,12 +312,10 @@ class ParentLogger:
 
     def finish(self, folder: Path | None) -> str | None:
         """Log `folder` (None: log nothing) and wait; the parent run id, None when there is none."""
+        from tune_runner import mlflow_uri
+
         out, err = self._proc.communicate(f"{folder or ''}\n")
-        lines = out.strip().splitlines()
-        answer = json.loads(lines[-1]) if lines else {"error": (err.strip().splitlines() or ["no output"])[-1]}
-        if "error" in answer:
-            raise RuntimeError(f"logging the report to MLflow failed: {answer['error']}")
-        return answer["run_id"]
+        return mlflow_uri.child_answer(out, err, doing="logging the report to MLflow")["run_id"]
 
     def cancel(self) -> None:
         """Stop the child without logging (the report failed)."""
@@ -333,14 +331,15 @@ def _log_from_child() -> None:
     """The child of ParentLogger: argv[1] is its job as JSON; stdin names the folder once it is written."""
     import sys
 
-    job = json.loads(sys.argv[1])
-    try:
+    from tune_runner import mlflow_uri
+
+    def work() -> dict[str, Any]:
+        job = json.loads(sys.argv[1])
         mlflow, run_id = _parent_run(job["uri"], job["experiment"], Path(job["exp_path"]),
                                      search_id=job["search_id"])
         folder = sys.stdin.readline().strip()
         if folder and run_id is not None:
             mlflow.log_artifacts(run_id, folder, artifact_path="report")
-        answer: dict[str, Any] = {"run_id": run_id if folder else None}
-    except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(answer), flush=True)
+        return {"run_id": run_id if folder else None}
+
+    mlflow_uri.answer_in_child(work)

@@ -64,10 +64,8 @@ def newest_search(uri: str, *, timeout_s: float = 180.0) -> DeepLink | None:
     import sys
 
     done = subprocess.run([sys.executable, "-c", CHILD, uri], capture_output=True, text=True, timeout=timeout_s)
-    lines = done.stdout.strip().splitlines()
-    answer = json.loads(lines[-1]) if lines else {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    if "error" in answer:
-        raise RuntimeError(f"finding the newest search in {mlflow_uri.redacted(uri)} failed: {answer['error']}")
+    answer = mlflow_uri.child_answer(done.stdout, done.stderr,
+                                     doing=f"finding the newest search in {mlflow_uri.redacted(uri)}")
     return DeepLink(**answer["link"]) if answer["link"] else None
 
 
@@ -79,12 +77,11 @@ def _look_up_in_child() -> None:
     import dataclasses
     import sys
 
-    try:
+    def work() -> dict[str, Any]:
         link = _newest_search(sys.argv[1])
-        answer: dict[str, Any] = {"link": dataclasses.asdict(link) if link else None}
-    except Exception as exc:  # noqa: BLE001 - the parent reports it in one line
-        answer = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(answer), flush=True)
+        return {"link": dataclasses.asdict(link) if link else None}
+
+    mlflow_uri.answer_in_child(work)
 
 
 def _newest_search(uri: str) -> DeepLink | None:
