@@ -14,8 +14,8 @@ import pytest
 
 from tune_runner.algos.common import make_vec_env
 from tune_runner.errors import UserError
-from tune_runner.trainables import catalog as trainables
 from tune_runner.trainables import curriculum
+from tune_runner.trainables.catalog import backend
 from tune_runner.trainables.rllib import rllib_config
 
 LEVEL_ENV = "TuneRlLevelTest-v0"
@@ -203,14 +203,14 @@ def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
 
 def test_env_task_fn_is_a_setting_of_every_trainable_and_checked_before_launch(tmp_path):
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
-    for trainable in ("ppo", "dqn", "rllib/PPO", "rllib/DQN"):
-        assert trainables.check_settings(trainable, ["env_task_fn", "lr"]) == [], trainable
+    for trainable in map(backend, ("ppo", "dqn", "rllib/PPO", "rllib/DQN")):
+        assert trainable.check_settings(["env_task_fn", "lr"]) == [], trainable
         good = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:raise_level"}
-        assert trainables.check_config(trainable, good) is None, trainable
+        assert trainable.check_config(good) is None, trainable
         bad = {**good, "env_task_fn": f"{fn}:raise_lvl"}
-        assert "has no raise_lvl; did you mean 'raise_level'?" in trainables.check_config(trainable, bad)
+        assert "has no raise_lvl; did you mean 'raise_level'?" in trainable.check_config(bad)
         not_settable = {**good, "env": "CartPole-v1"}
-        assert "env CartPole-v1 is not task-settable" in trainables.check_config(trainable, not_settable)
+        assert "env CartPole-v1 is not task-settable" in trainable.check_config(not_settable)
 
 
 def test_a_bad_reference_stops_the_cli_before_anything_starts(cli, _isolated_home):
@@ -232,7 +232,7 @@ def test_rllib_config_turns_env_task_fn_into_a_train_result_callback(tmp_path):
     task_callback = config.callbacks_on_train_result[-1]  # after our episode count (test_rllib_episodes.py)
     assert task_callback.func is curriculum.on_train_result and task_callback.keywords == {"ref": ref}
     assert config.env_task_fn != ref  # not handed to RLlib, which would refuse it
-    assert trainables.resolved_config("rllib/PPO", {"env": LEVEL_ENV, "env_task_fn": ref})["env_task_fn"] == ref
+    assert backend("rllib/PPO").resolved_config({"env": LEVEL_ENV, "env_task_fn": ref})["env_task_fn"] == ref
 
 
 def fake_algorithm(*envs):

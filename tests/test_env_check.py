@@ -20,6 +20,7 @@ from tune_runner.search.preflight import prepare
 from tune_runner.spec.experiment import build_spec, load_spec
 from tune_runner.trainables import agents as _agents  # noqa: F401 - ppo and dqn registered before the fixture saves AGENTS
 from tune_runner.trainables import env_check
+from tune_runner.trainables.catalog import backend
 
 _ids = itertools.count()
 
@@ -78,6 +79,11 @@ def counted_env() -> str:
 def spec(trainable: str, env: str, **raw: Any):
     return build_spec({"trainable": trainable, "env": env, "budget": {"env_steps": 1000}, **raw},
                       name="t", source="space.yaml")
+
+
+def check(spec: Any) -> None:
+    """The env check as prepare runs it: with the spec's trainable resolved to its record."""
+    env_check.check_env(spec, backend(spec.trainable))
 
 
 @pytest.mark.parametrize("trainable", ["ppo", "rllib/PPO"])
@@ -141,22 +147,22 @@ def test_envs_registered_with_ray_tune_are_built_with_the_env_config_dict():
     name = f"tune_counted_{next(_ids)}"
     register_env(name, creator)
     assert _global_registry.contains(ENV_CREATOR, name)
-    env_check.check_env(spec("dqn", name, env_config={"size": 2}), "dqn")
+    check(spec("dqn", name, env_config={"size": 2}))
     assert Counted.built == [{"size": 2}]
     with pytest.raises(UserError, match=r"^space.yaml: env_config: size must be > 0, got 0$"):
-        env_check.check_env(spec("dqn", name, env_config={"size": 0}), "dqn")
+        check(spec("dqn", name, env_config={"size": 0}))
 
 
 def test_the_envs_own_error_is_named_with_its_type_when_its_message_alone_says_little():
     env = counted_env()
     with pytest.raises(UserError, match=r"^space.yaml: env_config: KeyError: 'boom'$"):
-        env_check.check_env(spec("ppo", env, env_config={"boom": True}), "ppo")
+        check(spec("ppo", env, env_config={"boom": True}))
     def refuse() -> gym.Env:
         raise RuntimeError("no")
 
     gym.register(broken := f"Broken{next(_ids)}-v0", entry_point=refuse)
     with pytest.raises(UserError, match=rf"^space.yaml: env: {broken} cannot be built: RuntimeError: no$"):
-        env_check.check_env(spec("ppo", broken), "ppo")
+        check(spec("ppo", broken))
 
 
 @pytest.mark.parametrize("trainable, env", [
@@ -165,7 +171,7 @@ def test_the_envs_own_error_is_named_with_its_type_when_its_message_alone_says_l
     ("rllib/DQN", "Acrobot-v1"),
 ])
 def test_envs_we_did_not_tune_for_pass_when_the_trainable_takes_their_spaces(trainable, env):
-    env_check.check_env(spec(trainable, env), trainable)
+    check(spec(trainable, env))
 
 
 def test_an_agent_declares_what_it_trains_and_an_undeclared_one_takes_any_env():
@@ -179,12 +185,12 @@ def test_an_agent_declares_what_it_trains_and_an_undeclared_one_takes_any_env():
 
     with pytest.raises(UserError, match=r"^space.yaml: box_only needs a Box action space; CartPole-v1 has "
                                         r"Discrete\(2\); use a trainable for discrete actions such as ppo or dqn$"):
-        env_check.check_env(spec("box_only", "CartPole-v1"), "box_only")
-    env_check.check_env(spec("box_only", "Pendulum-v1"), "box_only")
-    env_check.check_env(spec("anything", "Pendulum-v1"), "anything")
+        check(spec("box_only", "CartPole-v1"))
+    check(spec("box_only", "Pendulum-v1"))
+    check(spec("anything", "Pendulum-v1"))
 
 
 def test_the_oracle_builds_no_env():
     env = counted_env()
-    env_check.check_env(spec("oracle", env, env_config={"boom": True}), "oracle")
+    check(spec("oracle", env, env_config={"boom": True}))
     assert Counted.built == []

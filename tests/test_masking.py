@@ -13,8 +13,8 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from tune_runner.errors import UserError
-from tune_runner.trainables import catalog as trainables
 from tune_runner.trainables import masking
+from tune_runner.trainables.catalog import backend
 from tune_runner.trainables.rllib import rllib_config
 
 MASKED_ENV = "TuneRlMaskTest-v0"
@@ -73,7 +73,7 @@ def test_rllib_config_installs_our_module_only_for_masked_envs():
 def test_an_algorithm_we_cannot_mask_is_refused_before_launch():
     with pytest.raises(UserError, match="rllib/APPO cannot mask actions.*use one of rllib/PPO, rllib/DQN"):
         rllib_config("APPO", {"env": MASKED_ENV})
-    assert "rllib/APPO cannot mask actions" in trainables.check_config("rllib/APPO", {"env": MASKED_ENV})
+    assert "rllib/APPO cannot mask actions" in backend("rllib/APPO").check_config({"env": MASKED_ENV})
 
 
 def test_ppo_never_samples_or_picks_a_masked_action():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tune_runner.audit import NonFiniteError, check_finite, computed
-from tune_runner.trainables import catalog as trainables
+from tune_runner.trainables.catalog import backend
 from tune_runner.trainables.own import OwnDQN, OwnPPO, check_config, own_trainable_class
 from tune_runner.trainables.trial import learner_settings
 
@@ -63,13 +63,13 @@ def test_rllib_names_map_to_ours():
 
 
 def test_settings_and_values_are_checked_before_launch():
-    assert trainables.check_settings("ppo", ["lr", "lrr", "replay_buffer_config.capacity"]) == [
+    assert backend("ppo").check_settings(["lr", "lrr", "replay_buffer_config.capacity"]) == [
         ("lrr", "not a setting of ppo; did you mean 'lr'?"),
-        ("replay_buffer_config.capacity", trainables.check_settings("ppo", ["replay_buffer_config"])[0][1])]
-    assert trainables.check_settings("dqn", ["replay_buffer_config.capacity", "target_network_update_freq"]) == []
+        ("replay_buffer_config.capacity", backend("ppo").check_settings(["replay_buffer_config"])[0][1])]
+    assert backend("dqn").check_settings(["replay_buffer_config.capacity", "target_network_update_freq"]) == []
     assert "num_env_runners" in check_config("ppo", {"env": "CartPole-v1", "num_env_runners": -1})
     assert check_config("ppo", dict(PPO_CONFIG)) is None
-    assert trainables.trainable_class("ppo") is OwnPPO and trainables.resolve("dqn") == "dqn"
+    assert backend("ppo").trainable_class() is OwnPPO and backend("dqn").name == "dqn"
 
 
 def test_resources_one_bundle_per_rollout_worker():

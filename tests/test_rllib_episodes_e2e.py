@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.episode_recorder import RECORDED_ENV, recorded, register
-from tune_runner.trainables.catalog import trainable_class
+from tune_runner.trainables.catalog import backend
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_the_reported_return_is_the_mean_of_the_last_episodes_the_env_finished(r
     config = {"env": RECORDED_ENV, "env_config": {"record_to": str(record)}, "num_env_runners": runners,
               "num_envs_per_env_runner": 2, "train_batch_size_per_learner": 500, "minibatch_size": 125,
               "num_epochs": 2, "seed": 0}
-    trial = trainable_class("rllib/PPO")(config=config)
+    trial = backend("rllib/PPO").trainable_class()(config=config)
     window = trial.algo.config.metrics_num_episodes_for_smoothing
     assert window == 100  # RLlib's default, as users run it
     slid = 0
@@ -53,7 +53,7 @@ def test_the_reported_return_is_the_mean_of_the_last_episodes_the_env_finished(r
 
     checkpoint = trial.save()
     trial.stop()  # its unfinished episodes are never written down, nor counted
-    restored = trainable_class("rllib/PPO")(config=config)
+    restored = backend("rllib/PPO").trainable_class()(config=config)
     restored.restore(checkpoint)
     # The window goes on from the checkpoint's: the env's record holds both trials' episodes, in order.
     after = restored.train()

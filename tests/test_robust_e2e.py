@@ -141,7 +141,7 @@ def test_bundle_stands_alone_and_train_config_feeds_the_same_resolved_config(ray
                                                                            tmp_path):
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.trainables.catalog import resolved_config
+    from tune_runner.trainables.catalog import backend
 
     result = cli("search", "--space", "ppo_small", "--name", "one", "--no-reevaluate", "--num-samples", "1",
                  "--scheduler", "fifo", "--set", "budget=1024", "--set", "train_batch_size_per_learner=512",
@@ -158,7 +158,7 @@ def test_bundle_stands_alone_and_train_config_feeds_the_same_resolved_config(ray
     trained = cli("train", "--config", str(exported), "--name", "again")
     assert trained.status == 0, trained.err
     (trial,) = ExperimentAnalysis(str(_isolated_home / "results" / "again")).trials
-    assert yaml.safe_load(yaml.safe_dump(resolved_config("ppo", trial.config))) == bundle["resolved"]
+    assert yaml.safe_load(yaml.safe_dump(backend("ppo").resolved_config(trial.config))) == bundle["resolved"]
 
 
 def test_verify_exits_0_when_the_ci_holds_and_1_when_it_was_tampered(ray_session, cli, _isolated_home, tmp_path):

@@ -19,7 +19,7 @@ MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `acti
 MASK_KEYS = frozenset({"observations", "action_mask"})
 
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
-# without torch: the env check reads them before Ray and torch load (tune_runner.trainables.catalog.trains).
+# without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
 ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings

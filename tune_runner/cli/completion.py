@@ -21,7 +21,6 @@ from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
 PROG = "tune-rl"
-ORACLES = ("oracle", "oracle/stateless", "oracle/stale-restore")  # = trainables.ORACLES, which imports Ray
 
 
 def script(shell: str) -> str:
@@ -94,7 +93,9 @@ def searcher_names(**_: Any) -> list[str]:
 
 def trainable_names(**_: Any) -> list[str]:
     """ppo, dqn, the oracles and rllib/<Algo> for RLlib's algorithms (read from Ray's source, not imported)."""
-    return ["ppo", "dqn", *ORACLES, *("rllib/" + name for name in rllib_algorithms())]
+    from tune_runner.trainables.catalog import ORACLES, OURS, RLLIB_PREFIX  # light: names, no Ray
+
+    return [*OURS, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
 
 
 def rllib_algorithms() -> list[str]:

@@ -189,10 +189,10 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
 def _check_names(*, agent: str, env: str) -> None:
     """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
     from tune_runner.search.preflight import unknown_env
-    from tune_runner.trainables import catalog as trainables
+    from tune_runner.trainables.catalog import backend
 
     try:
-        trainables.resolve(agent)
+        backend(agent)
     except UserError as exc:
         raise UserError(f"--agent_name {agent}: {exc}") from None
     problem = unknown_env(env)

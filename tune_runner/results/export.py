@@ -26,7 +26,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
     (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
     from tune_runner.results.analysis import last_checkpoint
-    from tune_runner.trainables.catalog import resolved_config
+    from tune_runner.trainables.catalog import backend
     from tune_runner.trainables.trial import PREFIX, env_config_of
 
     # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
@@ -50,7 +50,8 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         "budget": {"env_steps": spec.budget_env_steps},
         "stop_at": spec.stop_at,
         "config": _plain(config),
-        "resolved": _plain(resolved_config(spec.trainable, {**config, "env": spec.env, "env_config": env_config})),
+        "resolved": _plain(backend(spec.trainable).resolved_config({**config, "env": spec.env,
+                                                                    "env_config": env_config})),
         "seeds": _plain(seeds),
         "evaluation": _plain(evaluation),
         "result": _plain({**result, "score": best.value, "scope": best.scope}),

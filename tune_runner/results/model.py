@@ -24,12 +24,11 @@ import torch
 
 from tune_runner import tune_rl_policy
 from tune_runner.results.analysis import last_checkpoint
-from tune_runner.trainables.catalog import OWN
+from tune_runner.trainables.catalog import backend
 from tune_runner.trainables.own import learner_classes, read_checkpoint
 from tune_runner.trainables.trial import learner_settings
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
-EXPORTED = OWN  # trainables whose policy we can read from a checkpoint
 
 
 @dataclass(frozen=True)
@@ -88,8 +87,9 @@ def requirements() -> list[str]:
 def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, best: Any,
                register_as: str | None = None) -> Logged:
     """Log the best trial's policy as a model of run `run_id` (and register it as `register_as`)."""
-    if trainable not in EXPORTED:
-        why = "the oracle has no policy" if trainable.startswith("oracle") else \
+    record = backend(trainable)
+    if not record.exports_policy:
+        why = "the oracle has no policy" if record.kind == "oracle" else \
             f"only our ppo and dqn are exported, not {trainable}"
         return Logged(None, f"not logged ({why})")
     if best.config.get("model", "mlp") != "mlp":

@@ -12,10 +12,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.spec.experiment import ExperimentSpec
+
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class Prepared:
     """
 
     spec: ExperimentSpec
-    trainable: Any
+    backend: Backend  # the trainable's record, resolved once: what runs downstream asks it, not the name
+    trainable: Any  # its Ray Tune class
     searcher: Any
     scheduler: Any
     population: bool = False
@@ -74,12 +78,12 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
     from tune_runner.search import schedulers, searchers
-    from tune_runner.trainables import catalog as trainables
     from tune_runner.trainables import env_check
+    from tune_runner.trainables.catalog import backend
 
     spec = with_plugins(spec)
     where = spec.source
-    trainable = _resolve(spec, trainables.resolve)
+    trainable = _resolve(spec, backend)
     _check_settings(spec, trainable)
     spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
@@ -95,10 +99,10 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
         spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
     scheduler = schedulers.build_scheduler(
         spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
-        time_attrs=trainables.time_attrs(trainable), seed=spec.searcher.settings.get("seed"))
+        time_attrs=trainable.time_attrs, seed=spec.searcher.settings.get("seed"))
     searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
                                         metric=spec.metric, mode=spec.mode)
-    return Prepared(spec, trainables.trainable_class(spec.trainable), searcher, scheduler,
+    return Prepared(spec, trainable, trainable.trainable_class(), searcher, scheduler,
                     population=scheduler_type.population)
 
 
@@ -107,19 +111,19 @@ def check_before_ray(spec: ExperimentSpec) -> None:
     imported; UserError with prepare's own text. prepare runs them again (an env is built once).
 
     It stops, leaving the rest to prepare, at the first thing only Ray can judge: an RLlib algorithm
-    outside our table (trainables.RLLIB_ACTIONS), an env that only Ray Tune's registry may know.
+    outside our table (backends.RLLIB_ACTIONS), an env that only Ray Tune's registry may know.
     RLlib's settings are checked after (its AlgorithmConfig loads Ray and torch), so a space with an
     unknown RLlib setting and a bad env_config is refused for the env_config.
     """
-    from tune_runner.trainables import catalog as trainables
     from tune_runner.trainables import env_check
+    from tune_runner.trainables.catalog import backend_before_ray
 
     if _needs_plugin_files(spec):
         spec = _load_plugins(spec)
-    trainable = _resolve(spec, _resolve_without_ray)
+    trainable = _resolve(spec, backend_before_ray)
     if trainable is None:
         return
-    if trainables.is_own(trainable) or trainable in trainables.ORACLES:
+    if not trainable.settings_need_ray:
         _check_settings(spec, trainable)
     spec = _absolute_task_fn(spec)
     import gymnasium
@@ -142,20 +146,7 @@ def _needs_plugin_files(spec: ExperimentSpec) -> bool:
     return users or spec.env not in gymnasium.envs.registry
 
 
-def _resolve_without_ray(trainable: str) -> str | None:
-    """`trainables.resolve` where RLlib's registry is not needed; None where it is."""
-    from tune_runner.trainables import catalog as trainables
-
-    algo = trainable.removeprefix(trainables.RLLIB_PREFIX)
-    if trainable.startswith(trainables.RLLIB_PREFIX) and algo in trainables.RLLIB_ACTIONS:
-        return trainable  # one of RLlib's algorithms: our table of their action kinds names it
-    if trainables.is_own(trainable) or trainable in trainables.ORACLES or \
-            trainable.lower() in trainables.OWN + trainables.ORACLES:
-        return trainables.resolve(trainable)
-    return None
-
-
-def _resolve(spec: ExperimentSpec, resolve: Callable[[str], str | None]) -> str | None:
+def _resolve(spec: ExperimentSpec, resolve: Callable[[str], Backend | None]) -> Backend | None:
     """The spec's trainable, checked by `resolve`; a bad name named with its file and key."""
     try:
         return resolve(spec.trainable)
@@ -163,12 +154,10 @@ def _resolve(spec: ExperimentSpec, resolve: Callable[[str], str | None]) -> str 
         raise UserError(f"{spec.source}: trainable: {exc}") from None
 
 
-def _check_settings(spec: ExperimentSpec, trainable: str) -> None:
+def _check_settings(spec: ExperimentSpec, trainable: Backend) -> None:
     """Every fixed and searched key must be a setting of the trainable."""
-    from tune_runner.trainables import catalog as trainables
-
     keys = list(spec.fixed) + list(spec.searched)
-    for key, problem in trainables.check_settings(trainable, keys):
+    for key, problem in trainable.check_settings(keys):
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{spec.source}: {section}.{key}: {problem}")
 
@@ -185,19 +174,17 @@ def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:
         return spec  # check_config names what is wrong with it
 
 
-def check_metric(spec: ExperimentSpec, trainable: str) -> None:
+def check_metric(spec: ExperimentSpec, trainable: Backend) -> None:
     """The metric to optimize must be one the trainable reports."""
-    from tune_runner.trainables import catalog as trainables
+    from tune_runner.trainables.backends import TIME_ATTRS
 
-    known = (*trainables.reported(trainable), *trainables.TIME_ATTRS)
+    known = (*trainable.reports, *TIME_ATTRS)
     if spec.metric not in known:
         raise UserError(f"{spec.source}: metric: {unknown_name(f'metric of {spec.trainable}', spec.metric, known)}")
 
 
-def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler: Any, searcher: Any) -> None:
+def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, scheduler: Any, searcher: Any) -> None:
     """Scheduler x searcher x trainable combinations that cannot work, refused with the reason."""
-    from tune_runner.trainables import catalog as trainables
-
     where, name = spec.source, spec.searcher.name
     if scheduler.searcher and name != scheduler.searcher:
         raise UserError(f"{where}: scheduler: {kind} works only with searcher {scheduler.searcher} "
@@ -208,20 +195,18 @@ def check_combination(spec: ExperimentSpec, trainable: str, kind: str, scheduler
     if scheduler.population and searcher.model_based:
         raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
                         f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
-    if scheduler.needs_checkpoints and not trainables.can_checkpoint(trainable):
+    if scheduler.needs_checkpoints and not trainable.can_checkpoint:
         why = "copies checkpoints between trials" if scheduler.population else "pauses trials and resumes them"
         raise UserError(f"{where}: scheduler: {kind} {why}, and trainable {spec.trainable} cannot save a "
                         f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
 
 
-def _check_space_corners(spec: ExperimentSpec, trainable: str) -> str | None:
+def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
     """The backend's own validation on one sample of the space, then on each parameter's extremes."""
-    from tune_runner.trainables import catalog as trainables
-
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
     candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
     for config in candidates:
-        problem = trainables.check_config(trainable, config)
+        problem = trainable.check_config(config)
         if problem:
             return problem
     return None
@@ -301,15 +286,15 @@ def check_address(address: str, *, timeout_s: float = 5.0) -> None:
 
 def check_register(spec: ExperimentSpec, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables.catalog import OWN
+    from tune_runner.trainables.catalog import OURS, backend
 
     if name is None:
         return
     if not name.strip() or "/" in name or ":" in name:
         raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
-    if spec.trainable not in OWN:
+    if not backend(spec.trainable).exports_policy:
         raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
-                        f"a model (only {', '.join(OWN)}); drop --register-model")
+                        f"a model (only {', '.join(OURS)}); drop --register-model")
 
 
 RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
@@ -320,16 +305,16 @@ def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: floa
     `gpus_per_trial`; RLlib gets its own settings (the main process's CPUs, the learner's GPUs)."""
     if cpus is None and gpus is None:
         return spec
-    from tune_runner.trainables.catalog import ORACLES, is_own
+    from tune_runner.trainables.backends import RLLIB_PREFIX, RLlibBackend
+    from tune_runner.trainables.catalog import backend_before_ray
 
-    fixed = dict(spec.fixed)
-    if is_own(spec.trainable) or spec.trainable in ORACLES:
-        fixed.update({k: v for k, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)) if v is not None})
-    else:
-        if cpus is not None:
-            fixed["num_cpus_for_main_process"] = cpus
-        if gpus is not None:
-            fixed["num_gpus_per_learner"] = gpus
-    return replace(spec, fixed=fixed)
+    try:
+        record = backend_before_ray(spec.trainable)
+    except UserError:
+        record = None  # a misspelled name: prepare refuses it, naming its file and key
+    # A name not known without Ray (an algorithm outside our RLlib table, a plug-in's agent not loaded yet)
+    # gets RLlib's settings, as before there were records.
+    record = record or RLlibBackend.of(spec.trainable.removeprefix(RLLIB_PREFIX))
+    return replace(spec, fixed={**spec.fixed, **record.trial_resources(cpus=cpus, gpus=gpus)})
 
 

@@ -27,7 +27,7 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
 
     from tune_runner.search.progress_csv import ProgressCSV
     from tune_runner.search.stopper import BudgetStopper
-    from tune_runner.trainables import catalog as trainables
+    from tune_runner.trainables.catalog import backend
 
     seed_values = [first_seed + i for i in range(seeds)]
     keys = sorted({key for c in picks for key in c.config if key != "seed"})
@@ -39,7 +39,7 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
     print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
           f"{spec.budget_env_steps:,} env steps)", file=out, flush=True)
     tuner = tune.Tuner(
-        trainables.trainable_class(spec.trainable), param_space=space,
+        backend(spec.trainable).trainable_class(), param_space=space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
                                     max_concurrent_trials=spec.max_concurrent),
         run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=BudgetStopper(spec), verbose=0,

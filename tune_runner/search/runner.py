@@ -320,8 +320,8 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
         callbacks=[*callbacks, ProgressCSV(), JsonLoggerCallback()], verbose=0,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=checkpoints_to_keep(prepared),
                                                 checkpoint_frequency=CHECKPOINT_EVERY
-                                                if _checkpoints(spec) else 0,
-                                                checkpoint_at_end=_checkpoints(spec)),
+                                                if prepared.backend.can_checkpoint else 0,
+                                                checkpoint_at_end=prepared.backend.can_checkpoint),
         failure_config=tune.FailureConfig(max_failures=max_failures))
     if resume:
         tuner = tune.Tuner.restore(str(storage.join(where, name)), trainable=prepared.trainable, resume_unfinished=True,
@@ -344,12 +344,6 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
     trials = analysis.load(local).trials
     live = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))
     return live + max(0, spec.num_trials - len(trials))
-
-
-def _checkpoints(spec: ExperimentSpec) -> bool:
-    from tune_runner.trainables import catalog as trainables
-
-    return trainables.can_checkpoint(spec.trainable)
 
 
 def checkpoints_to_keep(prepared: Prepared) -> int:

@@ -22,18 +22,16 @@ if TYPE_CHECKING:
 
     from tune_runner.spec.experiment import ExperimentSpec
     from tune_runner.spec.search_space import Param
-    from tune_runner.trainables.catalog import Trains
+    from tune_runner.trainables.backends import Backend, Trains
 
 WORDS = {"Box": "continuous", "Discrete": "discrete"}  # how a hint names the kind of actions
 
 
 
 
-def check_env(spec: ExperimentSpec, trainable: str) -> None:
+def check_env(spec: ExperimentSpec, trainable: Backend) -> None:
     """Build the spec's env at every env_config a trial can get and check its spaces; UserError otherwise."""
-    from tune_runner.trainables.catalog import trains
-
-    needs = trains(trainable)
+    needs = trainable.trains
     if needs is None:
         return  # the trainable builds no env (the oracle)
     for corner, env_config in env_configs(spec):
@@ -132,16 +130,16 @@ def _kinds(kinds: tuple[str, ...], what: str) -> str:
 
 def _hint(trainable: str, spaces: Spaces) -> str:
     """The trainables that declare this env's action kind (and accept its observations), best known first."""
-    from tune_runner.trainables.catalog import hint_order, trains
+    from tune_runner.trainables.catalog import hints
 
     fits = []
-    for name in hint_order():
-        other = trains(name)
-        if name == trainable or other is None or other.actions is None:
+    for other in hints():
+        needs = other.trains
+        if other.name == trainable or needs is None or needs.actions is None:
             continue
-        if kind_accepts(other.actions, spaces.action) and (
-                other.observations is None or kind_accepts(other.observations, spaces.observation)):
-            fits.append(name)
+        if kind_accepts(needs.actions, spaces.action) and (
+                needs.observations is None or kind_accepts(needs.observations, spaces.observation)):
+            fits.append(other.name)
     kind = type(spaces.action).__name__
     actions = f"{WORDS.get(kind, kind)} actions"
     if not fits:

@@ -1,6 +1,6 @@
 """The Ray Tune trainable that runs one RLlib Algorithm per trial (`rllib/<ALGO>`), reporting our metric names.
 
-Apart from tune_runner.trainables.catalog so that module loads without Ray: `trainables.trainable_class`
+Apart from tune_runner.trainables.backends so that module loads without Ray: `RLlibBackend.trainable_class`
 subclasses this per algorithm.
 """
 

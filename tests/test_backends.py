@@ -1,0 +1,134 @@
+"""Each kind of trainable resolves once to its record (tune_runner.trainables.backends), and the record's facts
+are the ones the checks before launch, the runner and the results read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tune_runner import metrics
+from tune_runner.errors import UserError
+from tune_runner.plugins import AGENTS, register_agent
+from tune_runner.trainables import catalog
+from tune_runner.trainables.backends import (
+    OWN_REPORTS,
+    USER_REPORTS,
+    AgentBackend,
+    OracleBackend,
+    OwnBackend,
+    RLlibBackend,
+    Trains,
+)
+from tune_runner.trainables.catalog import backend
+
+
+@pytest.fixture
+def _agents_restored():
+    saved = dict(AGENTS._entries)
+    yield
+    AGENTS._entries = saved
+
+
+def test_our_learners_are_own_records_that_export_their_policy():
+    for name in ("ppo", "dqn"):
+        record = backend(name)
+        assert isinstance(record, OwnBackend) and record.kind == "own" and record.name == name
+        assert record.reports == OWN_REPORTS[name] and record.exports_policy and record.can_checkpoint
+        assert record.trains == Trains(("Discrete",), ("Box", "masked Dict"))
+        assert "episodes" in record.time_attrs and not record.settings_need_ray
+    assert backend("ppo") is backend("ppo")  # one record, registered once
+
+
+def test_the_oracles_build_no_env_and_only_the_stateless_one_keeps_no_checkpoint():
+    for name in ("oracle", "oracle/stateless", "oracle/stale-restore"):
+        record = backend(name)
+        assert isinstance(record, OracleBackend) and record.kind == "oracle" and record.trains is None
+        assert record.reports == ("episode_return_mean", "env_steps", "peak") and not record.exports_policy
+        assert record.can_checkpoint is (name != "oracle/stateless")
+        assert "episodes" not in record.time_attrs and record.check_settings(["anything"]) == []
+
+
+def test_an_rllib_name_is_a_record_of_that_algorithm():
+    ppo, dqn = backend("rllib/PPO"), backend("rllib/DQN")
+    assert isinstance(ppo, RLlibBackend) and (ppo.kind, ppo.algo, ppo.name) == ("rllib", "PPO", "rllib/PPO")
+    assert ppo.reports == tuple(metrics.RLLIB_METRICS) and ppo.settings_need_ray and not ppo.exports_policy
+    assert "Box" in ppo.trains.actions and dqn.trains == Trains(("Discrete",))
+    assert RLlibBackend.of("NotInOurTable").trains == Trains()  # an algorithm outside our table: any action space
+    assert ppo.trainable_class().__name__ == "PPO" and ppo.trainable_class().algo_name == "PPO"
+    assert ppo.trial_resources(cpus=2, gpus=None) == {"num_cpus_for_main_process": 2}
+    assert backend("ppo").trial_resources(cpus=2, gpus=1) == {"cpus_per_trial": 2, "gpus_per_trial": 1}
+
+
+def test_a_users_agent_is_a_record_of_what_its_class_declares(_agents_restored):
+    @register_agent("declares")
+    class Declares:
+        reports = ("episode_return_mean", "env_steps", "bonus")
+        action_spaces = ("Box",)
+
+        def get_state(self): ...
+        def set_state(self, state): ...
+
+    @register_agent("bare")
+    class Bare:
+        pass
+
+    declared, bare = backend("declares"), backend("bare")
+    assert isinstance(declared, AgentBackend) and declared.kind == "agent" and not declared.exports_policy
+    assert declared.reports == Declares.reports and declared.trains == Trains(("Box",)) and declared.can_checkpoint
+    assert bare.reports == USER_REPORTS and bare.trains == Trains() and not bare.can_checkpoint
+    assert "declares" in catalog.trainable_names()
+
+
+def test_the_declared_checkpoint_facts_match_the_tune_classes():
+    from ray import tune
+
+    for name in ("ppo", "dqn", "oracle", "oracle/stateless", "oracle/stale-restore", "rllib/PPO"):
+        record = backend(name)
+        cls = record.trainable_class()
+        saves = isinstance(cls, type) and issubclass(cls, tune.Trainable) and \
+            cls.save_checkpoint is not tune.Trainable.save_checkpoint
+        assert record.can_checkpoint is saves, name
+
+
+@pytest.mark.parametrize("name, message", [
+    ("ppo2", "unknown trainable 'ppo2'; did you mean 'ppo'? (choices: "),
+    ("PPO", "unknown trainable 'PPO'; did you mean 'ppo'?"),
+    ("Oracle/Stateless", "unknown trainable 'Oracle/Stateless'; did you mean 'oracle/stateless'?"),
+    ("rllib/ppo", "unknown trainable 'rllib/ppo'; did you mean 'rllib/PPO'? (names are case-sensitive)"),
+    ("rllib/Nope", "unknown trainable 'rllib/Nope'"),
+])
+def test_an_unknown_name_is_answered_with_the_closest_choice(name, message):
+    with pytest.raises(UserError) as caught:
+        backend(name)
+    assert str(caught.value).startswith(message), str(caught.value)
+    if "(choices: " in message:
+        assert "dqn, oracle, oracle/stale-restore, oracle/stateless, ppo, rllib/APPO" in str(caught.value)
+
+
+BEFORE_RAY = """
+import json, sys
+from tune_runner.trainables.catalog import backend_before_ray
+found = [getattr(backend_before_ray(n), "name", None) for n in ("ppo", "oracle", "rllib/SAC", "rllib/TD3")]
+print(json.dumps([found, sorted({"ray", "torch"} & {m.partition(".")[0] for m in sys.modules})]))
+"""
+
+
+def test_before_ray_a_name_is_resolved_where_no_ray_is_needed():
+    """An RLlib algorithm outside our table of action kinds is left to prepare (RLlib's registry imports Ray)."""
+    ran = subprocess.run([sys.executable, "-c", BEFORE_RAY], capture_output=True, text=True, timeout=120)
+    assert json.loads(ran.stdout) == [["ppo", "oracle", "rllib/SAC", None], []], ran.stderr
+
+
+def test_prepare_resolves_the_trainable_once_and_carries_the_record(monkeypatch):
+    from tune_runner.search.preflight import prepare
+    from tune_runner.spec.experiment import load_spec
+
+    asked = []
+    lookup = catalog.backend
+    monkeypatch.setattr(catalog, "backend", lambda name: asked.append(name) or lookup(name))
+    prepared = prepare(load_spec("oracle"))
+    assert asked == ["oracle"]
+    assert prepared.backend is lookup("oracle") and prepared.trainable is prepared.backend.trainable_class()
