@@ -15,7 +15,7 @@ import pytest
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from tune_runner.errors import UserError
-from tune_runner.plugins import AGENTS, register_agent
+from tune_runner.plugins import AGENTS, load_plugins, register_agent
 from tune_runner.search.preflight import prepare
 from tune_runner.spec.experiment import build_spec, load_spec
 from tune_runner.trainables import agents as _agents  # noqa: F401 - ppo and dqn registered before the fixture saves AGENTS
@@ -60,6 +60,7 @@ def _clean_registries(forbid_ray):
     """Each test's envs and agents are unregistered after it; nothing here may start Ray (forbid_ray)."""
     Counted.built.clear()
     Counted.closed.clear()
+    load_plugins()  # the shipped envs first, so that they are in the snapshot and stay registered for later files
     agents, gym_ids, ray_keys = dict(AGENTS._entries), set(gym.envs.registry), set(_global_registry._to_flush)
     yield
     AGENTS._entries = agents
