@@ -16,6 +16,7 @@ from typing import Any
 
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.spec.reserved import RESOURCE_KEYS
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,6 @@ def check_register(spec: ExperimentSpec, name: str | None) -> None:
                         f"a model (only {', '.join(OWN)}); drop --register-model")
 
 
-RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
 
 
 def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: float | None) -> ExperimentSpec:
@@ -324,7 +324,7 @@ def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: floa
 
     fixed = dict(spec.fixed)
     if is_own(spec.trainable) or spec.trainable in ORACLES:
-        fixed.update({k: v for k, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)) if v is not None})
+        fixed.update({k: v for k, v in zip(RESOURCE_KEYS, (cpus, gpus), strict=True) if v is not None})
     else:
         if cpus is not None:
             fixed["num_cpus_for_main_process"] = cpus
