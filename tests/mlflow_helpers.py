@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import pickle
 import secrets
 import shutil
 import signal
@@ -200,16 +199,15 @@ LEARNER_CONFIGS = {
 
 def trained_checkpoint(name: str, trial: Path) -> tuple[object, dict]:
     """A learner after one iteration, checkpointed as OwnTrainable does, among older checkpoints."""
+    from tune_runner.trainables import checkpoints
     from tune_runner.trainables.agents import build_learner
-    from tune_runner.trainables.own import CHECKPOINT_FILE
 
     config = LEARNER_CONFIGS[name]
     learner = build_learner(name, config)
     learner.train_iteration()
     for index in (1, 12, 3):  # numbered, not sorted by name or creation order
         (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
-    with open(trial / "checkpoint_000012" / CHECKPOINT_FILE, "wb") as f:
-        pickle.dump({"learner": learner.get_state(), "runners": None}, f)
+    checkpoints.write(trial / "checkpoint_000012", learner=learner.get_state(), runners=None)
     return learner, config
 
 
@@ -274,7 +272,7 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
                          trial_path=top.path)
     from tune_runner.results import export
 
-    export_path = export.write(export.bundle(spec, best, experiment=name), folder / "best.yaml")
+    export_path = export.bundle(spec, best, experiment=name).write(folder / "best.yaml")
     written = report.write(fake, spec, folder=folder, title=name)
     counts = Counter(spec.ending(t.last_result).replace("_", " ") for t in trials)
     outcome = runner.Outcome(folder, best, export_path, counts, 1.0, None, report=tuple(written))

@@ -35,9 +35,8 @@ LAYERS = (
 )
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 # Imports against the order that are known and kept, each with its reason. results/tracked.py reads a search
-# back from MLflow with the saved-spec reader and the scheduler registry, which search/ owns today.
+# back from MLflow with the scheduler registry, which search/ owns today. (Its saved-spec reader is spec/saved.py.)
 ALLOWED = {
-    ("tune_runner.results.tracked", "tune_runner.search.resume"),
     ("tune_runner.results.tracked", "tune_runner.search.schedulers"),
 }
 

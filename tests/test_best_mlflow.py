@@ -81,6 +81,7 @@ def test_runs_reference_alone_reads_the_default_store(cli, logged, _isolated_hom
 
 def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, logged, tmp_path, monkeypatch):
     from tune_runner.results import export
+    from tune_runner.results.bundle import KEYS
     from tune_runner.search import verify
 
     (tmp_path / "checkpoint_000009").mkdir()  # a trial without a folder must not take the working folder's
@@ -93,7 +94,7 @@ def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, lo
     assert from_folder["checkpoint"].endswith("checkpoint_000006") and from_mlflow["checkpoint"] is None
     assert from_mlflow["source"] == {**from_folder["source"], "mlflow_run": f"runs:/{logged.parent}",
                                      "mlflow_uri": logged.uri}
-    same = [k for k in export.KEYS if k not in ("checkpoint", "source")]
+    same = [k for k in KEYS if k not in ("checkpoint", "source")]
     as_text = [yaml.safe_dump({k: bundle[k] for k in same}) for bundle in (from_mlflow, from_folder)]
     assert as_text[0] == as_text[1]  # as text: an int that came back a float (6.0) would differ
     assert from_mlflow["result"] == {"episode_return_mean": 300.0, "env_steps": 150_000, "training_iteration": 6,

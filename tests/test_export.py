@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -21,7 +23,7 @@ def _best(spec):
 def test_round_trip_gives_the_same_resolved_config(tmp_path):
     spec = load_spec("ppo_small")
     best = _best(spec)
-    path = export.write(export.bundle(spec, best, experiment="exp-1"), tmp_path / "out" / "best.yaml")
+    path = export.bundle(spec, best, experiment="exp-1").write(tmp_path / "out" / "best.yaml")
     raw = yaml.safe_load(path.read_text())
     assert raw["source"] == {"experiment": "exp-1", "trial_id": "abc_00001", "space": "ppo_small",
                              "space_file": spec.source, "space_sha256": spec.source_sha256}
@@ -37,25 +39,25 @@ def test_round_trip_gives_the_same_resolved_config(tmp_path):
 def test_bundle_names_the_best_trials_newest_checkpoint(tmp_path):
     spec = load_spec("ppo_small")
     best = _best(spec)
-    assert export.bundle(spec, best, experiment="e")["checkpoint"] is None  # /x holds no checkpoint
+    assert export.bundle(spec, best, experiment="e").checkpoint is None  # /x holds no checkpoint
     trial = tmp_path / "trial"
     for index in (2, 10, 9):
         (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
     best = Best(**{**best.__dict__, "trial_path": str(trial)})
-    path = export.write(export.bundle(spec, best, experiment="e"), tmp_path / "b.yaml")
+    path = export.bundle(spec, best, experiment="e").write(tmp_path / "b.yaml")
     assert yaml.safe_load(path.read_text())["checkpoint"] == str((trial / "checkpoint_000010").resolve())
     assert export.load(path).fixed["lr"] == 0.00123  # the new key does not trouble the loader
 
 
 def test_load_applies_overrides(tmp_path):
     spec = load_spec("ppo_small")
-    path = export.write(export.bundle(spec, _best(spec), experiment="e"), tmp_path / "b.yaml")
+    path = export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
     assert export.load(path, overrides={"lr": 0.5}).fixed["lr"] == 0.5
 
 
 def test_no_tmp_file_left_behind(tmp_path):
     spec = load_spec("ppo_small")
-    export.write(export.bundle(spec, _best(spec), experiment="e"), tmp_path / "b.yaml")
+    export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
     assert [p.name for p in tmp_path.iterdir()] == ["b.yaml"]
 
 
@@ -78,8 +80,7 @@ def test_scopes():
 ])
 def test_bad_export_values_get_the_space_files_messages(tmp_path, key, value, message):
     spec = load_spec("ppo_small")
-    data = export.bundle(spec, _best(spec), experiment="e")
-    data[key] = value
-    path = export.write(data, tmp_path / "b.yaml")
+    data = replace(export.bundle(spec, _best(spec), experiment="e"), **{key: value})
+    path = data.write(tmp_path / "b.yaml")
     with pytest.raises(UserError, match=message):
         export.load(path)

@@ -4,6 +4,7 @@ Tune-shaped trial folder, an RLlib checkpoint laid out as a Learner saves its RL
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -79,7 +80,7 @@ def test_trial_folder_and_bundle_take_the_newest_checkpoint(trained, tmp_path):
     spec = load_spec("ppo_small" if trained.name == "ppo" else "dqn_small")
     best = Best(trial_id="t1", config=CONFIGS[trained.name], value=1.0, metric=spec.metric, mode="max",
                 scope="last", last_result={}, trial_path=str(trained.trial))
-    bundle = export.write(export.bundle(spec, best, experiment="exp"), tmp_path / "best.yaml")
+    bundle = export.bundle(spec, best, experiment="exp").write(tmp_path / "best.yaml")
     policy = load_policy(bundle)
     assert policy.checkpoint == trained.checkpoint.resolve()
     np.testing.assert_array_equal(policy.compute_actions(observations()),
@@ -95,10 +96,10 @@ def test_bundles_without_a_usable_checkpoint(tmp_path):
     best = Best(trial_id="t1", config=CONFIGS["ppo"], value=1.0, metric=spec.metric, mode="max", scope="last",
                 last_result={}, trial_path=str(tmp_path / "gone"))
     data = export.bundle(spec, best, experiment="exp")
-    path = export.write(data, tmp_path / "old.yaml")
+    path = data.write(tmp_path / "old.yaml")
     with pytest.raises(UserError, match=r"old\.yaml: checkpoint: missing .*export again .* or pass a checkpoint"):
         load_policy(path)
-    path = export.write({**data, "checkpoint": str(tmp_path / "moved" / "checkpoint_000001")}, tmp_path / "b.yaml")
+    path = replace(data, checkpoint=str(tmp_path / "moved" / "checkpoint_000001")).write(tmp_path / "b.yaml")
     with pytest.raises(UserError, match=r"b\.yaml: checkpoint: .*moved/checkpoint_000001 no longer exists"):
         load_policy(path)
 

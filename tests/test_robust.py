@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import best_trial, ranked
+from tune_runner.results.bundle import Bundle
 from tune_runner.results.robust import (
     Candidate,
     Evaluated,
@@ -244,8 +246,13 @@ def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:
     best = Best(trial_id="sure", config={"env": spec.env, **spec.fixed, "lr": 0.004}, value=478.0,
                 metric=spec.metric, mode="max", scope=scope(verdict), last_result={"episode_return_mean": 478.0},
                 trial_path="/x")
-    path = export.write(export.bundle(spec, best, experiment="e", verdict=verdict), tmp_path / "best.yaml")
+    path = export.bundle(spec, best, experiment="e", verdict=verdict).write(tmp_path / "best.yaml")
     return yaml.safe_load(path.read_text())
+
+
+def _read(raw: dict) -> Bundle:
+    """A bundle's mapping as Bundle.read gives it, from a file named best.yaml."""
+    return Bundle(**raw, keys=tuple(raw), path=Path("best.yaml"))
 
 
 def _sure_verdict() -> Verdict:
@@ -272,7 +279,7 @@ def test_the_bundle_says_how_the_winner_was_ranked_and_what_verify_checks(tmp_pa
 
 
 def test_verify_judges_a_stop_at_bundle_by_solved_share_and_steps(tmp_path):
-    said = verify.claim(_bundle(tmp_path, _sure_verdict()), "best.yaml")
+    said = verify.claim(_read(_bundle(tmp_path, _sure_verdict())))
     low, high = said.ci
     assert said.solved == (3, 3) and said.stop_at == 475.0 and low <= 98_700 <= high
     holds, line = verify.judge(said, _solved("again", 92_000, 99_000, 104_000))
@@ -293,7 +300,7 @@ def test_verify_judges_a_bundle_from_before_the_steps_ranking_by_the_final_metri
     for key in ("ranked_by", "summary", "solved", "steps", "steps_iqm", "steps_ci"):
         del old["evaluation"][key]
     old["evaluation"]["ci"] = [470.0, 480.0]
-    said = verify.claim(old, "best.yaml")
+    said = verify.claim(_read(old))
     assert said.solved is None and said.ci == (470.0, 480.0)
     again = summarise(Candidate("b", {}, 0.0), _runs((476.0, 90_000), (477.0, 95_000)), target=TARGET)
     assert verify.judge(said, again) == (True, "IQM 476.5 over seeds 1000-1001 (returns 476.0, 477.0); the bundle's "
@@ -306,10 +313,10 @@ def test_verify_refuses_a_bundle_without_a_claim_naming_the_key(tmp_path):
     raw = _bundle(tmp_path, _sure_verdict())
     raw["evaluation"]["steps_ci"] = [1]
     with pytest.raises(UserError, match=r"best.yaml: evaluation.steps_ci: expected \[low, high\] env steps"):
-        verify.claim(raw, "best.yaml")
+        verify.claim(_read(raw))
     raw["evaluation"] = {"protocol": "single run"}
     with pytest.raises(UserError, match="evaluation.ci: missing; verify needs a bundle exported after a re-eval"):
-        verify.claim(raw, "best.yaml")
+        verify.claim(_read(raw))
 
 
 def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):

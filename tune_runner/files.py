@@ -199,8 +199,10 @@ def load_checkpoint(path: Path, load: Callable[[Path], T], *, fix: str) -> T:
         raise UserError(f"{path}: not a readable checkpoint ({reason}); {fix}") from None
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint."""
+def write_atomically(path: Path, data: bytes, *, what: str = "checkpoint",
+                     fix: str = "free disk space or point --storage elsewhere") -> None:
+    """Write to a temporary file, fsync, rename: a full disk leaves the old state, never half a checkpoint
+    (or half of `what` else this writes: every file tune-rl must never leave half-written)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
@@ -210,5 +212,4 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"checkpoint not written to {path.parent} ({exc.strerror}); "
-                                 f"free disk space or point --storage elsewhere") from None
+        raise OSError(exc.errno, f"{what} not written to {path.parent} ({exc.strerror}); {fix}") from None

@@ -18,6 +18,15 @@ from pathlib import Path
 from tune_runner.errors import UserError
 
 _PACKAGE = Path(__file__).resolve().parent
+# The files tune-rl writes into a search's folder, and into a checkpoint of our learners: named once, here.
+# Each has one reader and one writer: spec/saved.py (the first three), results/bundle.py, trainables/checkpoints.py.
+SPEC_FILE = "tune_rl_spec.yaml"  # the validated spec the search ran
+RUN_FILE = "tune_rl_run.yaml"  # its run options, what tune-rl resume continues with
+FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its end
+BUNDLE_FILE = "best.yaml"  # the exported best config
+CHECKPOINT_FILE = "learner.pkl"  # our ppo/dqn (or a user's agent) in a checkpoint_NNNNNN folder
+REPORT_FOLDER = "report"  # tune-rl report's HTML (and the artifact folder of the parent run)
+REEVALUATION_FILE = "reevaluation.json"  # the re-evaluation's ranking, in the search's folder and its report
 SHIPPED = ("search_spaces", "schedulers", "envs")
 # Their names inside the package: schedulers/ would shadow the module schedulers.py there.
 IN_PACKAGE = {"search_spaces": "search_spaces", "schedulers": "scheduler_presets", "envs": "envs"}

@@ -122,7 +122,9 @@ def experiment_names(parsed_args: argparse.Namespace, **_: Any) -> list[str]:
 
 def bundles(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """Files being typed, and the best.yaml of each experiment under the storage folder."""
-    found = [str(path / "best.yaml") for path in _experiments(parsed_args) if (path / "best.yaml").is_file()]
+    from tune_runner.paths import BUNDLE_FILE
+
+    found = [str(path / BUNDLE_FILE) for path in _experiments(parsed_args) if (path / BUNDLE_FILE).is_file()]
     return _paths(prefix, suffixes=(".yaml", ".yml")) + found
 
 
@@ -132,7 +134,7 @@ def _experiments(parsed_args: argparse.Namespace) -> list[Path]:
     root = getattr(parsed_args, "storage", None) or paths.default_storage()
     if not isinstance(root, Path) or not root.is_dir():  # a URI: nothing to list from here
         return []
-    found = [p for p in root.iterdir() if (p / "tune_rl_spec.yaml").is_file()]  # resume.SPEC_FILE
+    found = [p for p in root.iterdir() if (p / paths.SPEC_FILE).is_file()]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 

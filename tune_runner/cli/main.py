@@ -444,16 +444,15 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
         best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=metric, mode=mode,
                                    value=verdict.winner.iqm, scope=scope(verdict))
     if args.json:
-        config = {k: v for k, v in best.config.items() if k not in export.ENV_KEYS}
+        config = export.exported_config(best.config)
         print(json.dumps(config, sort_keys=True, default=str), file=out)
     else:
-        shown = tuple(k for k in best.config if k not in export.ENV_KEYS)
+        shown = tuple(export.exported_config(best.config))
         print(f"best       {best.trial_id}  {metric} {fmt_value(best.value)} ({best.scope}, {mode})", file=out)
         print(f"config     {fmt_config(best.config, shown)}", file=out)
     if args.export:
         origin = None if tracked is None else {"mlflow_run": tracked.reference, "mlflow_uri": tracked.shown_uri}
-        written = export.write(export.bundle(spec, best, experiment=name, verdict=verdict, origin=origin),
-                               args.export)
+        written = export.bundle(spec, best, experiment=name, verdict=verdict, origin=origin).write(args.export)
         print(f"exported   {written}", file=err_or_out(args, out))
     return ExitStatus.OK
 

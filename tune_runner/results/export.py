@@ -1,36 +1,35 @@
-"""The exported best config: a YAML bundle that `tune-rl train --config` runs again."""
+"""The exported best config: a YAML bundle (tune_runner.results.bundle) that `tune-rl train --config` runs again."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tune_runner.errors import UserError
-from tune_runner.files import read_yaml_mapping, short
 from tune_runner.results.analysis import Best
-from tune_runner.spec.experiment import Component, ExperimentSpec, budget_steps, number_setting
+from tune_runner.results.bundle import FORMAT, Bundle
+from tune_runner.spec import reserved
+from tune_runner.spec.experiment import ExperimentSpec
 
-FORMAT = 1
-KEYS = ("tune_rl_format", "description", "trainable", "env", "env_config", "metric", "mode", "budget",
-        "stop_at", "config", "resolved", "seeds", "evaluation", "result", "source", "checkpoint", "versions")
-ENV_KEYS = ("env", "env_config", "tune_rl_candidate")
+
+def exported_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial config as a bundle's `config:` (and `tune-rl best` shows it): without the keys tune-rl reserves
+    for the env, its own bookkeeping and the machine's resources (spec/reserved.py)."""
+    return reserved.settings(config, leave_out=reserved.NOT_EXPORTED)
 
 
 def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None,
-           origin: dict[str, str] | None = None) -> dict[str, Any]:
-    """The exported mapping, standing on its own: what to run (trainable, env, the config and every
+           origin: dict[str, str] | None = None) -> Bundle:
+    """The exported bundle, standing on its own: what to run (trainable, env, the config and every
     value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
     re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
     for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
     (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
     from tune_runner.results.analysis import last_checkpoint
     from tune_runner.trainables.catalog import backend
-    from tune_runner.trainables.trial import PREFIX, env_config_of
+    from tune_runner.trainables.trial import env_config_of
 
     # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
-    config = {k: v for k, v in best.config.items() if k not in ENV_KEYS and not k.startswith(PREFIX)}
+    config = {k: v for k, v in exported_config(best.config).items() if not k.startswith(reserved.PREFIX)}
     env_config = env_config_of({"env_config": spec.env_config, **best.config})
     result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
               if k in best.last_result}
@@ -39,28 +38,27 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     if verdict is not None:
         seeds["reevaluation"] = list(verdict.winner.seeds)
         evaluation = _evaluation(spec, verdict)
-    return {
-        "tune_rl_format": FORMAT,
-        "description": f"best trial of {experiment} ({spec.name})",
-        "trainable": spec.trainable,
-        "env": best.config.get("env", spec.env),
-        "env_config": env_config,
-        "metric": spec.metric,
-        "mode": spec.mode,
-        "budget": {"env_steps": spec.budget_env_steps},
-        "stop_at": spec.stop_at,
-        "config": _plain(config),
-        "resolved": _plain(backend(spec.trainable).resolved_config({**config, "env": spec.env,
-                                                                    "env_config": env_config})),
-        "seeds": _plain(seeds),
-        "evaluation": _plain(evaluation),
-        "result": _plain({**result, "score": best.value, "scope": best.scope}),
-        "source": {"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
-                   "space_file": spec.source, "space_sha256": spec.source_sha256, **(origin or {})},
-        "checkpoint": str(checkpoint.resolve()) if best.trial_path and (checkpoint := last_checkpoint(
+    return Bundle(
+        tune_rl_format=FORMAT,
+        description=f"best trial of {experiment} ({spec.name})",
+        trainable=spec.trainable,
+        env=best.config.get("env", spec.env),
+        env_config=env_config,
+        metric=spec.metric,
+        mode=spec.mode,
+        budget={"env_steps": spec.budget_env_steps},
+        stop_at=spec.stop_at,
+        config=_plain(config),
+        resolved=_plain(backend(spec.trainable).resolved_config({**config, "env": spec.env, "env_config": env_config})),
+        seeds=_plain(seeds),
+        evaluation=_plain(evaluation),
+        result=_plain({**result, "score": best.value, "scope": best.scope}),
+        source={"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
+                "space_file": spec.source, "space_sha256": spec.source_sha256, **(origin or {})},
+        checkpoint=str(checkpoint.resolve()) if best.trial_path and (checkpoint := last_checkpoint(
             best.trial_path)) else None,
-        "versions": versions(),
-    }
+        versions=versions(),
+    )
 
 
 def _evaluation(spec: ExperimentSpec, verdict: Any) -> dict[str, Any]:
@@ -118,65 +116,9 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def write(data: dict[str, Any], path: Path) -> Path:
-    """Write the bundle atomically (a crash leaves no half-written file)."""
-    path = path.expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
-    tmp.replace(path)
-    return path
-
-
-EXPECTED = "a best-config bundle (a YAML mapping written by tune-rl best EXPERIMENT --export FILE)"
-TYPES: dict[str, tuple[type, ...]] = {
-    "trainable": (str,), "env": (str,), "env_config": (dict, type(None)), "description": (str, type(None)),
-    "metric": (str,), "mode": (str,), "config": (dict,), "seeds": (dict, type(None)),
-    "evaluation": (dict, type(None)), "result": (dict, type(None)), "source": (dict, type(None)),
-    "checkpoint": (str, type(None)), "resolved": (dict, type(None)), "versions": (dict, type(None))}
-
-
-def read_bundle(path: Path) -> dict[str, Any]:
-    """A bundle's mapping with its keys known and of the right types (each wrong one named with its value)."""
-    raw = read_yaml_mapping(path, expected=EXPECTED)
-    if "tune_rl_format" not in raw:
-        raise UserError(f"{path}: not a tune-rl best-config export (no tune_rl_format key); "
-                        f"create one with tune-rl best EXPERIMENT --export FILE")
-    check_bundle(raw, path)
-    return raw
-
-
-def check_bundle(raw: dict[str, Any], path: Path) -> None:
-    """Every key of a bundle known and of its type; the first that is not, named with its value."""
-    for key, value in raw.items():
-        if key not in KEYS:
-            raise UserError(f"{path}: {key}: unknown key in a best-config export")
-        kinds = TYPES.get(key)
-        if kinds is not None and not isinstance(value, kinds):
-            names = " or ".join("null" if k is type(None) else {"dict": "a mapping", "str": "text"}[k.__name__]
-                                for k in kinds)
-            raise UserError(f"{path}: {key}: expected {names}, got {short(value)}; export the bundle again")
-    if raw.get("mode", "max") not in ("max", "min"):
-        raise UserError(f"{path}: mode: expected max or min, got {short(raw['mode'])}; export the bundle again")
-
-
 def load(path: Path, *, overrides: dict[str, Any] | None = None) -> ExperimentSpec:
     """An exported bundle as a one-trial spec: every value fixed, nothing searched."""
-    raw = read_bundle(path)
-    where = str(path)
-    for key in ("trainable", "env", "config", "budget"):
-        if key not in raw:
-            raise UserError(f"{where}: {key}: missing")
-    config = raw["config"]
-    budget = budget_steps(raw["budget"], where)
-    fixed = {**config, **(overrides or {})}
-    source = raw.get("source") or {}
-    return ExperimentSpec(
-        name=str(source.get("space") or path.stem), source=where, description=str(raw.get("description", "")),
-        trainable=str(raw["trainable"]), env=str(raw["env"]), env_config=dict(raw.get("env_config") or {}),
-        metric=str(raw.get("metric", "episode_return_mean")), mode=str(raw.get("mode", "max")),
-        budget_env_steps=budget, searcher=Component("random"), scheduler=Component("fifo"),
-        num_samples=1, max_concurrent=None, fixed=fixed, space=(), stop_at=number_setting(raw, "stop_at", where))
+    return Bundle.read(path).spec(overrides=overrides)
 
 
 def _plain(value: Any) -> Any:

@@ -24,8 +24,9 @@ import torch
 
 from tune_runner import tune_rl_policy
 from tune_runner.results.analysis import last_checkpoint
+from tune_runner.trainables import checkpoints
 from tune_runner.trainables.catalog import backend
-from tune_runner.trainables.own import learner_classes, read_checkpoint
+from tune_runner.trainables.own import learner_classes
 from tune_runner.trainables.trial import learner_settings
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
@@ -69,7 +70,7 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
-    state = read_checkpoint(checkpoint)["learner"]
+    state = checkpoints.read(checkpoint)["learner"]
     sizes, layers, activation = policy_layers(learner, state, config)
     return tune_rl_policy.save(folder, sizes=sizes, activation=activation, state=layers,
                                about={"learner": learner, "env": config.get("env"),

@@ -30,6 +30,7 @@ from tune_runner import files
 from tune_runner.algos.common import masked_logits, split_obs, to_tensor
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
+from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 
 EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
@@ -154,7 +155,7 @@ def load_policy(path: str | Path) -> Policy:
         return _from_bundle(path)
     if not path.is_dir():
         raise UserError(f"{path}: no such file or folder; {EXPECTED}")
-    if (path / "learner.pkl").is_file():
+    if checkpoints.holds_one(path):
         return _own(path)
     if (path / RLLIB_MODULES).is_dir():
         return _rllib(path)
@@ -172,14 +173,11 @@ def load_policy(path: str | Path) -> Policy:
 
 
 def _from_bundle(path: Path) -> Policy:
-    from tune_runner.results import export
+    from tune_runner.results.bundle import Bundle
 
-    raw = files.read_yaml_mapping(path, expected=export.EXPECTED)
-    if "tune_rl_format" not in raw:
-        raise UserError(f"{path}: not a best-config bundle (no tune_rl_format key); {EXPECTED}")
-    export.check_bundle(raw, path)
-    checkpoint = raw.get("checkpoint")
-    logged = (raw.get("source") or {}).get("mlflow_run")
+    bundle = Bundle.read(path, unmarked=f"not a best-config bundle (no tune_rl_format key); {EXPECTED}")
+    checkpoint = bundle.checkpoint
+    logged = (bundle.source or {}).get("mlflow_run")
     if not checkpoint and logged:  # tune-rl best runs:/<id>: MLflow holds no trial checkpoints
         raise UserError(f"{path}: checkpoint: null, exported from MLflow ({logged}), which holds no trial "
                         f"checkpoints; export from the search's results folder (tune-rl best EXPERIMENT --export "
@@ -214,19 +212,12 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def _own(checkpoint: Path) -> OwnPolicy:
-    from tune_runner.trainables.own import read_checkpoint
-
     config = _trial_config(checkpoint)
     if config is None:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} in {checkpoint.parent}; our checkpoints need their trial "
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
-    pkl = checkpoint / "learner.pkl"
-    saved = files.load_checkpoint(pkl, lambda _: read_checkpoint(checkpoint), fix="damaged or cut short: pass "
-                                  "another of the trial's checkpoint_NNNNNN folders")
-    state = saved.get("learner") if isinstance(saved, dict) else None
-    if not isinstance(state, dict):
-        raise UserError(f"{pkl}: not a readable checkpoint (expected a mapping with learner, got "
-                        f"{files.short(saved)}); pass a checkpoint folder written by our ppo/dqn")
+    state = checkpoints.learner_state(checkpoint, fix="damaged or cut short: pass another of the trial's "
+                                      "checkpoint_NNNNNN folders")
     learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
@@ -248,15 +239,10 @@ class LearnerPolicy(Policy):
 
 
 def _agent_name(checkpoint: Path) -> str | None:
-    """The search's trainable, from the experiment's tune_rl_spec.yaml (two folders up), if there is one."""
-    saved = checkpoint.parent.parent / "tune_rl_spec.yaml"
-    if not saved.exists():
-        return None
-    raw = files.read_yaml_mapping(saved, expected="the search's saved spec (a YAML mapping with trainable, ...)")
-    trainable = raw.get("trainable")
-    if not isinstance(trainable, str):
-        raise UserError(f"{saved}: trainable: expected a trainable name, got {files.short(trainable)}")
-    return trainable
+    """The search's trainable, from the experiment's saved spec (two folders up), if there is one."""
+    from tune_runner.spec.saved import saved_trainable
+
+    return saved_trainable(checkpoint.parent.parent)
 
 
 def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
@@ -298,8 +284,8 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
         obs_dim, actions = weights[first].shape[1], weights[head].shape[0]
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         lack = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else f"not tensors ({type(exc).__name__})"
-        raise UserError(f"{where / 'learner.pkl'}: not a readable checkpoint (its {learner} weights: {lack}); "
-                        f"pass a checkpoint folder written by our {learner} with this trial config") from None
+        raise UserError(f"{where / checkpoints.CHECKPOINT_FILE}: not a readable checkpoint (its {learner} weights: "
+                        f"{lack}); pass a checkpoint folder written by our {learner} with this trial config") from None
     if learner == "ppo":
         net: torch.nn.Module = mlp([obs_dim, *hiddens, actions], settings.fcnet_activation)
     else:

@@ -21,12 +21,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tune_runner.paths import REEVALUATION_FILE, REPORT_FOLDER
 from tune_runner.results import summary as report
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.search_space import LIST_DISTS, Param
 
-FOLDER = "report"
-REEVALUATION_FILE = "reevaluation.json"
+FOLDER = REPORT_FOLDER
 IMPORTANCES_FILE = "importances.json"  # the scores and a digest of their inputs (a cache, and data)
 
 
@@ -279,7 +279,7 @@ def log_to_parent(uri: str, experiment: str, exp_path: Path, folder: Path, *, se
     """Log the report folder to the search's MLflow parent run (found by its search id or experiment path)."""
     mlflow, run_id = _parent_run(uri, experiment, exp_path, search_id=search_id)
     if run_id is not None:
-        mlflow.log_artifacts(run_id, str(folder), artifact_path="report")
+        mlflow.log_artifacts(run_id, str(folder), artifact_path=FOLDER)
     return run_id
 
 
@@ -339,7 +339,7 @@ def _log_from_child() -> None:
                                      search_id=job["search_id"])
         folder = sys.stdin.readline().strip()
         if folder and run_id is not None:
-            mlflow.log_artifacts(run_id, folder, artifact_path="report")
+            mlflow.log_artifacts(run_id, folder, artifact_path=FOLDER)
         return {"run_id": run_id if folder else None}
 
     mlflow_uri.answer_in_child(work)

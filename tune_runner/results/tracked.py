@@ -27,9 +27,11 @@ from typing import Any
 from tune_runner import mlflow_uri
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.mlflow_uri import flat_params
+from tune_runner.paths import SPEC_FILE
 from tune_runner.results import trials as results
-from tune_runner.search.resume import SPEC_FILE, saved_spec
+from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.spec.saved import read_logged_spec
 from tune_runner.spec.search_space import LIST_DISTS, Param
 
 PREFIX = "runs:/"
@@ -198,8 +200,6 @@ def _folder_hint(run: Any) -> str:
 
 def _spec(client: Any, run: Any, shown: str) -> ExperimentSpec:
     """The spec the search logged on its parent run (tune_rl_spec.yaml), validated as the folder's is."""
-    import yaml
-
     logged = {a.path for a in client.list_artifacts(run.info.run_id)}
     if SPEC_FILE not in logged:
         raise UserError(f"experiment {shown}: search {run.info.run_name} logged no {SPEC_FILE} (it started before "
@@ -208,12 +208,8 @@ def _spec(client: Any, run: Any, shown: str) -> ExperimentSpec:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file: no bar on stderr
     with tempfile.TemporaryDirectory(prefix="tune-rl-spec-") as tmp:
         local = Path(client.download_artifacts(run.info.run_id, SPEC_FILE, tmp))
-        try:
-            raw = yaml.safe_load(local.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raw = f"unreadable YAML ({type(exc).__name__})"
-    return saved_spec(raw, where=f"{shown}/{SPEC_FILE}",
-                      fix=f"tune-rl search logged it; read the search from its folder: {_folder_hint(run)}")
+        return read_logged_spec(local, where=f"{shown}/{SPEC_FILE}",
+                                fix=f"tune-rl search logged it; read the search from its folder: {_folder_hint(run)}")
 
 
 def _refuse_population(spec: ExperimentSpec, run: Any, shown: str) -> None:
@@ -297,7 +293,7 @@ def config_of(spec: ExperimentSpec, params: dict[str, str], *, where: str) -> di
     for param in spec.space:
         config[param.name] = typed(param, params, where=where)
     if spec.plugins:
-        config["tune_rl_plugins"] = list(spec.plugins)
+        config[reserved.PLUGINS_KEY] = list(spec.plugins)
     return config
 
 

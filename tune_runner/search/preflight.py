@@ -297,7 +297,6 @@ def check_register(spec: ExperimentSpec, name: str | None) -> None:
                         f"a model (only {', '.join(OURS)}); drop --register-model")
 
 
-RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
 
 
 def with_trial_resources(spec: ExperimentSpec, *, cpus: float | None, gpus: float | None) -> ExperimentSpec:

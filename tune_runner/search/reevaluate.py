@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tune_runner.results.robust import Candidate, SeedRun, Verdict, rank, summarise, target_of
+from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 
-CANDIDATE_KEY = "tune_rl_candidate"  # the re-evaluation run's candidate index; trainables ignore it
+CANDIDATE_KEY = reserved.CANDIDATE_KEY  # the re-evaluation run's candidate index; trainables ignore it
 SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a search uses by default
 
 

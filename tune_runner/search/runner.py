@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from tune_runner import mlflow_uri, storage
+from tune_runner import mlflow_uri, paths, storage
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import analysis, export
 from tune_runner.search import resume
@@ -374,8 +374,8 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
                                        mode=spec.mode, value=verdict.winner.iqm, scope=scope(verdict))
     export_path = None
     if best is not None and options.export:
-        export_path = export.write(export.bundle(spec, best, experiment=exp_path.name, verdict=verdict),
-                                   exp_path / "best.yaml")
+        export_path = export.bundle(spec, best, experiment=exp_path.name, verdict=verdict).write(
+            exp_path / paths.BUNDLE_FILE)
     from tune_runner.results import summary as report
 
     written = report.write(loaded, spec, folder=exp_path, title=exp_path.name)
@@ -434,9 +434,9 @@ def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_
 def log_spec(mlflow: Any, parent: str, spec: ExperimentSpec) -> None:
     """The search's validated spec as an artifact of its parent run, the same YAML as the folder's
     tune_rl_spec.yaml: what `tune-rl best runs:/<parent>` rebuilds the search from, without the folder."""
-    import yaml
+    from tune_runner.spec.saved import spec_text
 
-    mlflow.log_text(parent, yaml.safe_dump(spec.as_dict(), sort_keys=False), resume.SPEC_FILE)
+    mlflow.log_text(parent, spec_text(spec), resume.SPEC_FILE)
 
 
 def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcome) -> None:

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import robust
+from tune_runner.results.bundle import Bundle
 from tune_runner.search import reevaluate
 from tune_runner.spec.experiment import ExperimentSpec
 
@@ -46,10 +47,10 @@ def _pair(value: object) -> tuple[float, float] | None:
     return None
 
 
-def claim(raw: dict, where: str) -> Claim:
+def claim(bundle: Bundle) -> Claim:
     """The claim of a bundle's `evaluation`; a UserError naming the key when there is none to check."""
-    evaluation = raw.get("evaluation") or {}
-    if "steps_ci" in evaluation and raw.get("stop_at") is not None:
+    where, evaluation = str(bundle.path), bundle.evaluation or {}
+    if "steps_ci" in evaluation and bundle.stop_at is not None:
         ci, solved = _pair(evaluation.get("steps_ci")), evaluation.get("solved")
         if ci is None:
             raise UserError(f"{where}: evaluation.steps_ci: expected [low, high] env steps, got "
@@ -59,7 +60,7 @@ def claim(raw: dict, where: str) -> Claim:
                             f"export the bundle again")
         steps_iqm = evaluation.get("steps_iqm")
         return Claim(ci, (sum(solved), len(solved)), float(steps_iqm) if isinstance(steps_iqm, (int, float))
-                     else sum(ci) / 2, float(raw["stop_at"]))
+                     else sum(ci) / 2, float(bundle.stop_at))
     ci = _pair(evaluation.get("ci"))
     if ci is None and evaluation.get("ci") is not None:
         raise UserError(f"{where}: evaluation.ci: expected [low, high], got {evaluation['ci']!r}; "
@@ -93,7 +94,7 @@ def judge(said: Claim, again: robust.Evaluated) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class Bundle:
+class Check:
     """A bundle read for verify: the one-trial spec, its config as a candidate, its claim, the first new seed."""
 
     spec: ExperimentSpec
@@ -102,26 +103,24 @@ class Bundle:
     first_seed: int
 
 
-def load(path: Path) -> Bundle:
+def load(path: Path) -> Check:
     """Read and check a bundle before anything starts (bad input is a UserError naming the key)."""
-    from tune_runner.results import export
-
-    spec = export.load(path)
-    raw = export.read_bundle(path)
-    said = claim(raw, str(path))
-    reevaluation = (raw.get("seeds") or {}).get("reevaluation") or []
+    bundle = Bundle.read(path)
+    spec = bundle.spec()
+    said = claim(bundle)
+    reevaluation = (bundle.seeds or {}).get("reevaluation") or []
     if not isinstance(reevaluation, list):
         raise UserError(f"{path}: seeds.reevaluation: expected a list of seeds, got {reevaluation!r}; "
                         f"export the bundle again")
     used = [s for s in reevaluation if isinstance(s, int)]
-    source, evaluation = raw.get("source") or {}, raw.get("evaluation") or {}
+    source, evaluation = bundle.source or {}, bundle.evaluation or {}
     score = evaluation.get("iqm", 0)
     pick = robust.Candidate(str(source.get("trial_id", "bundle")), dict(spec.fixed),
                             float(score) if isinstance(score, (int, float)) else 0.0)
-    return Bundle(spec, pick, said, max(used, default=reevaluate.SEED_BASE - 1) + 1)
+    return Check(spec, pick, said, max(used, default=reevaluate.SEED_BASE - 1) + 1)
 
 
-def run(bundle: Bundle, *, seeds: int, storage: Path, out: TextIO) -> ExitStatus:
+def run(bundle: Check, *, seeds: int, storage: Path, out: TextIO) -> ExitStatus:
     """Re-train the bundle's config on `seeds` seeds it has not seen (on the Ray already up) and judge it."""
     from datetime import datetime
 

@@ -18,6 +18,7 @@ import yaml
 from tune_runner import paths
 from tune_runner.errors import UserError, closest, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
+from tune_runner.spec import reserved
 from tune_runner.spec.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -26,7 +27,6 @@ TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
-RESERVED = ("env", "env_config")  # keys of the trial config that name the environment
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class ExperimentSpec:
         space.update(copy.deepcopy(self.fixed))
         space.update({p.name: p.to_tune() for p in self.space})
         if self.plugins:
-            space["tune_rl_plugins"] = list(self.plugins)
+            space[reserved.PLUGINS_KEY] = list(self.plugins)
         return space
 
     def as_dict(self) -> dict:
@@ -250,7 +250,7 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
     space = parse_space(raw.get("space"), where=where)
     fixed = _typed(raw, "fixed", dict, where, default={})
-    for key in RESERVED:
+    for key in reserved.TOP_LEVEL:
         if key in fixed or key in {p.name for p in space}:
             search = "; search one of its keys as space: {env_config.NAME: {choice: [...]}}" \
                 if key == "env_config" else ""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tune_runner import metrics
 from tune_runner.errors import UserError, closest
+from tune_runner.spec.reserved import RESOURCE_KEYS
 from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ RLLIB_PREFIX = "rllib/"
 # Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
 TASK_FN = "env_task_fn"  # = curriculum.TASK_FN, which imports gymnasium
-RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")  # trial-config keys of our own trainables and the oracle
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class OwnBackend(Backend):
         from tune_runner.trainables import agents
 
         fields = [f.name for f in dataclasses.fields(agents.config_class(self.name))]
-        return [*fields, *ALIASES, "num_env_runners", "cpus_per_trial", "gpus_per_trial", TASK_FN]
+        return [*fields, *ALIASES, "num_env_runners", *RESOURCE_KEYS, TASK_FN]
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         valid = self.setting_names()
@@ -163,7 +163,7 @@ class AgentBackend(OwnBackend):
 
         if agents.is_ours(self.name):
             return super().setting_names()
-        return [*agents.config_class(self.name).names(), "cpus_per_trial", "gpus_per_trial", TASK_FN]
+        return [*agents.config_class(self.name).names(), *RESOURCE_KEYS, TASK_FN]
 
 
 ORACLE_CLASSES = {"oracle": "Oracle", "oracle/stateless": "stateless_oracle",

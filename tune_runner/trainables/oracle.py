@@ -45,16 +45,16 @@ from typing import Any
 from ray import tune
 
 from tune_runner.audit import audit_result, node_id
+from tune_runner.spec import reserved
 
 SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed",
             "fail_at", "fail_once", "nan_at", "sleep_s")
-TRIAL_KEYS = ("env", "env_config", "tune_rl_candidate", "cpus_per_trial", "gpus_per_trial")
 STATE_FILE = "oracle.json"
 
 
 def hyperparameters(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config's hyperparameters: everything that is not an oracle setting or the env."""
-    return {k: v for k, v in config.items() if k not in SETTINGS and k not in TRIAL_KEYS}
+    return reserved.settings({k: v for k, v in config.items() if k not in SETTINGS}, leave_out=reserved.NOT_ORACLE)
 
 
 def distance(config: Mapping[str, Any]) -> float:

@@ -10,18 +10,17 @@ Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
-from tune_runner.files import write_atomically
+from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
+from tune_runner.trainables.checkpoints import CHECKPOINT_FILE  # noqa: F401 - where tests and tools look for it
+from tune_runner.trainables.checkpoints import read as read_checkpoint
 from tune_runner.trainables.trial import env_config_of, learner_settings, trainer_bundle, trial_device, trial_threads
-
-CHECKPOINT_FILE = "learner.pkl"
 
 
 def learner_classes(name: str) -> tuple[type, Any]:
@@ -45,12 +44,6 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
     if runners and not agents.is_ours(name):
         return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
     return None
-
-
-def read_checkpoint(folder: Path) -> dict[str, Any]:
-    """What `OwnTrainable.save_checkpoint` wrote into `folder`: {"learner": state, "runners": state or None}."""
-    with open(folder / CHECKPOINT_FILE, "rb") as f:
-        return pickle.load(f)  # noqa: S301 - our own checkpoint, written by save_checkpoint
 
 
 class OwnTrainable(tune.Trainable):
@@ -117,9 +110,8 @@ class OwnTrainable(tune.Trainable):
         return out
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        state = {"learner": self.learner.get_state(),
-                 "runners": self.runners.get_state() if self.runners is not None else None}
-        write_atomically(Path(checkpoint_dir) / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        checkpoints.write(Path(checkpoint_dir), learner=self.learner.get_state(),
+                          runners=self.runners.get_state() if self.runners is not None else None)
 
     def load_checkpoint(self, checkpoint: str) -> None:
         state = read_checkpoint(Path(checkpoint))

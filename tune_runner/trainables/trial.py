@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tune_runner.algos.config import ALIASES
+from tune_runner.spec import reserved
+from tune_runner.spec.reserved import PREFIX
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
-# Keys of our trial config that are not RLlib AlgorithmConfig attributes.
-ENV_KEYS = ("env", "env_config", "tune_rl_candidate", "tune_rl_plugins")  # ours, not RLlib settings
-PREFIX = "env_config."  # a trial-config key `env_config.NAME` sets env_config["NAME"] (searched or fixed)
-# Keys of a trial config that are ours, not the learner's.
-TRIAL_KEYS = ("env", "env_config", "num_env_runners", "tune_rl_candidate", "tune_rl_plugins", "cpus_per_trial",
-              "gpus_per_trial", "env_task_fn")
+ENV_KEYS = reserved.NOT_RLLIB  # keys of our trial config that are not RLlib AlgorithmConfig attributes
+TRIAL_KEYS = reserved.NOT_LEARNER  # keys of a trial config that are ours, not the learner's
 
 
 def env_config_of(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,7 +51,7 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def load_trial_plugins(config: dict[str, Any]) -> None:
     """Import the plugin files the search named, in this (trial or rollout) process."""
-    plugins = config.get("tune_rl_plugins") or ()
+    plugins = config.get(reserved.PLUGINS_KEY) or ()
     shipped = [p.partition(":")[2] for p in plugins if p.startswith("module:")]  # to a joined cluster
     for module in shipped:
         import importlib
