@@ -327,17 +327,17 @@ def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
 
 
 def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
-    from tune_runner.search.runner import _robust_metrics
+    from tune_runner.tracking.parent import robust_metrics
 
-    values = _robust_metrics(_sure_verdict())
+    values = robust_metrics(_sure_verdict())
     winner = _sure_verdict().winner
     assert values == {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1],
                       "robust_solved_share": 1.0, "robust_solved_seeds": 3, "robust_seeds": 3,
                       "robust_steps_to_solve_iqm": pytest.approx(296_000 / 3),
                       "robust_steps_to_solve_ci_low": winner.steps_ci[0],
                       "robust_steps_to_solve_ci_high": winner.steps_ci[1]}
-    assert set(_robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",
-                                                                                   "robust_ci_high"}
+    assert set(robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",
+                                                                                  "robust_ci_high"}
 
 
 def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):

@@ -21,6 +21,8 @@ _PACKAGE = Path(__file__).resolve().parent
 SHIPPED = ("search_spaces", "schedulers", "envs")
 # Their names inside the package: schedulers/ would shadow the module schedulers.py there.
 IN_PACKAGE = {"search_spaces": "search_spaces", "schedulers": "scheduler_presets", "envs": "envs"}
+# A search's validated spec, in its folder and as an artifact of its MLflow parent run (the same YAML).
+SPEC_FILE = "tune_rl_spec.yaml"
 
 
 def shipped(folder: str) -> Path:

@@ -505,6 +505,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.results import analysis
     from tune_runner.results import report as html_report
     from tune_runner.search import resume
+    from tune_runner.tracking import parent as parent_run
 
     path = analysis.experiment_path(args.experiment, storage=args.storage, command="report")
     spec = _saved_spec(path)
@@ -514,7 +515,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         raise UserError(f"--mlflow-uri: missing; {path.name} logs to {uri}, whose secret is not saved; give it")
     mlflow_uri.check_uri(uri)
     # MLflow's import and store open on the other core while this one draws: about half the wall time.
-    logger = html_report.ParentLogger(uri, spec.name, path, search_id=saved.get("search_id"))
+    logger = parent_run.ReportLogger(uri, spec.name, path, search_id=saved.get("search_id"))
     try:
         index = html_report.write(path, spec)
     except BaseException:

@@ -25,7 +25,7 @@ from tune_runner.errors import UserError
 from tune_runner.mlflow_uri import redacted
 from tune_runner.spec.experiment import ExperimentSpec, build_spec
 
-SPEC_FILE = "tune_rl_spec.yaml"
+SPEC_FILE = paths.SPEC_FILE
 RUN_FILE = "tune_rl_run.yaml"
 FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its end
 FORMAT = 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from tune_runner.search.preflight import (  # noqa: F401 - prepare and Prepared 
 from tune_runner.search.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import callback as tracking
+from tune_runner.tracking import parent as parent_run
 
 MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
 CHECKPOINT_EVERY = 5  # training iterations between a trial's checkpoints (and at its end)
@@ -251,7 +251,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
         outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
-        _log_outcome(mlflow, parent, spec, outcome)
+        parent_run.log_outcome(mlflow, parent, spec=spec, outcome=outcome)
         policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
         resume.mark_finished(exp_path, status=status.lower(), counts=dict(outcome.counts))
         if storage.is_uri(options.storage):  # best.yaml, the report and our marks join Tune's files there
@@ -261,8 +261,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         print(f"\ninterrupted at once; continue with: {resume.command(name, options)}", file=out, flush=True)
         raise
     finally:
-        mlflow.set_tag(parent, "tune_rl.status", status.lower())
-        mlflow.set_terminated(parent, status=status)
+        parent_run.close(mlflow, parent, status=status)
     _summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
     return outcome
 
@@ -276,12 +275,11 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
         if options.resume else None
     children = tracking.children(mlflow, exp_id, parent) if parent else {}
     if parent:
-        mlflow.update_run(parent, status="RUNNING")
-        mlflow.set_tag(parent, "tune_rl.status", "running")
+        parent_run.reopen(mlflow, parent, spec)
         print(f"  resuming: {len(children)} trial run(s) continue in MLflow run {parent}", file=out, flush=True)
-        log_spec(mlflow, parent, spec)  # a search started before the spec was logged gets it now
     else:
-        parent = _open_parent(mlflow, exp_id, spec, exp_path.name, exp_path, search_id=options.search_id)
+        parent = parent_run.open_run(mlflow, exp_id, spec, name=exp_path.name, exp_path=exp_path,
+                                     search_id=options.search_id)
     logged = tuple(spec.fixed) + spec.searched
     tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
                                       logged_keys=logged, ending=spec.ending)
@@ -418,81 +416,13 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
                     ending=spec.ending, out=out)
 
 
-def _open_parent(mlflow: Any, exp_id: str, spec: ExperimentSpec, name: str, exp_path: Path, *,
-                 search_id: str | None = None) -> str:
-    from mlflow.entities import Param
-
-    tags = {"tune_rl.space": spec.name, "tune_rl.experiment_path": str(exp_path), "tune_rl.status": "running",
-            "mlflow.note.content": spec.description}
-    if search_id:
-        tags["tune_rl.search_id"] = search_id
-    run = mlflow.create_run(exp_id, run_name=name, tags=tags)
-    params = {"space": spec.name, "trainable": spec.trainable, "env": spec.env,
-              "searcher": spec.searcher.name, "scheduler": spec.scheduler.name,
-              "budget_env_steps": spec.budget_env_steps, "num_samples": spec.num_samples,
-              "metric": spec.metric, "mode": spec.mode}
-    params.update({f"space.{p.name}": p.describe() for p in spec.space})
-    mlflow.log_batch(run.info.run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
-    log_spec(mlflow, run.info.run_id, spec)
-    return run.info.run_id
-
-
-def log_spec(mlflow: Any, parent: str, spec: ExperimentSpec) -> None:
-    """The search's validated spec as an artifact of its parent run, the same YAML as the folder's
-    tune_rl_spec.yaml: what `tune-rl best runs:/<parent>` rebuilds the search from, without the folder."""
-    import yaml
-
-    mlflow.log_text(parent, yaml.safe_dump(spec.as_dict(), sort_keys=False), resume.SPEC_FILE)
-
-
-def _log_outcome(mlflow: Any, parent: str, spec: ExperimentSpec, outcome: Outcome) -> None:
-    from mlflow.entities import Metric, Param
-
-    now = int(time.time() * 1000)
-    values = {f"trials_{k.replace(' ', '_')}": v for k, v in outcome.counts.items()}
-    values["search_seconds"] = outcome.seconds
-    params = []
-    if outcome.best is not None:
-        values[f"best_{spec.metric}"] = outcome.best.value
-        mlflow.set_tag(parent, "tune_rl.best_trial", outcome.best.trial_id)
-        chosen = {k: outcome.best.config[k] for k in spec.searched if k in outcome.best.config}
-        params = [Param(f"best.{k}", v) for k, v in tracking.flat_params(chosen).items()]
-    if outcome.audit:
-        mlflow.set_tag(parent, "tune_rl.pbt_audit", outcome.audit)
-    if outcome.verdict is not None:
-        values.update(_robust_metrics(outcome.verdict))
-        mlflow.set_tag(parent, "tune_rl.robust_verdict", outcome.verdict.sentence())
-        if outcome.verdict.target is not None:
-            from tune_runner.results.robust import headline
-
-            mlflow.set_tag(parent, "tune_rl.robust_summary", headline(outcome.verdict.winner, outcome.verdict.target))
-    mlflow.log_batch(parent, metrics=[Metric(k, float(v), now, 0) for k, v in values.items()
-                                      if math.isfinite(float(v))], params=params)
-    for path in (outcome.export_path, *outcome.report):
-        if path is not None:
-            mlflow.log_artifact(parent, str(path))
-
-
-def _robust_metrics(verdict: Any) -> dict[str, float]:
-    """The re-evaluated winner's numbers for the parent run: the final metric's IQM and CI, and with stop_at
-    the share of seeds that solved and the IQM (and CI) of env steps to solve, which ranked it."""
-    winner = verdict.winner
-    values = {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1]}
-    if verdict.target is not None:
-        values.update(robust_solved_share=winner.share, robust_solved_seeds=sum(winner.solved),
-                      robust_seeds=len(winner.solved), robust_steps_to_solve_iqm=winner.steps_iqm,
-                      robust_steps_to_solve_ci_low=winner.steps_ci[0],
-                      robust_steps_to_solve_ci_high=winner.steps_ci[1])
-    return values
-
-
 def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, experiment_id: str,
                parent: str) -> Any:
-    """The best trial's policy as an MLflow model on the parent run (tune_runner.results.model)."""
-    from tune_runner.results import model
+    """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.model)."""
+    from tune_runner.tracking import model
 
     if outcome.best is None:
-        return model.Logged(None, "not logged (no best trial)")
+        return model.NOT_LOGGED
     return model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
                             trainable=spec.trainable, best=outcome.best, register_as=options.register_model)
 
