@@ -226,14 +226,14 @@ def test_search_candidates_with_stop_at_are_those_that_solved_soonest():
 
 
 def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
-    from tune_runner.search.runner import _best_line
+    from tune_runner.search.console import best_line
 
     spec = load_spec("ppo_small")
     best = best_trial(_Analysis(SEARCH), metric=spec.metric, mode="max", reached=spec.reached)
     assert best.trial_id == "soon" and best.value == 476.0
     assert best.scope == "solved soonest: 2 of 5 trials reached stop_at"
-    assert _best_line(spec, best, None) == ("episode_return_mean 476 at 96,000 env steps (solved soonest: 2 of 5 "
-                                            "trials reached stop_at 475)")
+    assert best_line(spec, best, None) == ("episode_return_mean 476 at 96,000 env steps (solved soonest: 2 of 5 "
+                                           "trials reached stop_at 475)")
 
 
 def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:

@@ -1,17 +1,14 @@
-"""Compose a validated spec into a Ray Tune run, log it to MLflow, select and export the best."""
+"""Compose a validated spec into a Ray Tune run, log it to MLflow, select and export the best.
+
+Ray's start (or a cluster's join) is tune_runner.search.cluster's, the MLflow parent run
+tune_runner.tracking.parent's, what is printed around the live view tune_runner.search.console's.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import shutil
 import sys
-import tempfile
 import time
-import warnings
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +17,12 @@ from typing import Any, TextIO
 from tune_runner import mlflow_uri, storage
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import analysis, export
-from tune_runner.search import resume
+from tune_runner.search import console, resume
+from tune_runner.search.cluster import (  # noqa: F401 - cli and tests call them here
+    ensure_ray,
+    quiet_logs,
+    trial_plugins,
+)
 from tune_runner.search.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
     check_address,
@@ -89,110 +91,6 @@ class Outcome:
         return ExitStatus.OK
 
 
-def quiet_logs(*, verbose: bool) -> None:
-    """Keep the driver's output to our live view: RLlib, Tune and MLflow chatter only with --verbose."""
-    if verbose:
-        return
-    for name in ("ray.rllib", "ray.train"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # Tune logs every failed trial's traceback at ERROR; the live view and summary say it in one line.
-    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is first imported
-    for name in ("mlflow", "alembic", "optuna", "hpbandster"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # PB2's Gaussian process fit warns about convergence on almost every perturbation.
-    warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
-    warnings.filterwarnings("ignore", message=r".*TPESampler.*|.*CmaEsSampler.*|.*multivariate.*")
-
-
-def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None,
-               address: str | None = None, plugins: Sequence[str] = ()) -> None:
-    """Start a local Ray, or join the cluster at `address`; reuse a session already started.
-
-    A local Ray is never a running cluster joined by accident (address="local"). Joining one
-    ships our package to its workers through Ray's runtime environment, so workers that only
-    have Ray and our dependencies installed still run our trainables. Inside a Ray job
-    (tune-rl submit) the search joins the job's cluster.
-    """
-    for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_DEDUP_LOGS", "0"),
-                       ("RAY_AIR_NEW_OUTPUT", "0"),  # with verbose=0 the old engine prints nothing
-                       ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1"),  # we add CSV+JSON, not TensorBoard
-                       ("TUNE_GLOBAL_CHECKPOINT_S", "2")):  # experiment-state snapshots at most 2 s old
-        os.environ.setdefault(key, value)
-    import ray
-
-    if ray.is_initialized():
-        return
-    logs = {"log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}
-    from tune_runner.search.jobs import inside_job
-
-    if address or inside_job():
-        _join(address or "auto", logs, plugins=plugins)
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
-    from tune_runner.search import reaper
-
-    os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
-    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **logs)
-    import subprocess
-
-    unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
-    subprocess.Popen([sys.executable, "-m", "tune_runner.search.reaper", str(os.getpid())], start_new_session=True,
-                     env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _join(address: str, logs: dict, *, plugins: Sequence[str] = ()) -> None:
-    """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped.
-
-    A Ray job's driver has it already: the job's runtime env (tune-rl submit) applies to everything
-    the job starts, and Ray refuses a ray.init that sets py_modules again.
-    """
-    import ray
-
-    from tune_runner.paths import package_for_cluster
-    from tune_runner.search.jobs import inside_job
-
-    try:
-        if inside_job():
-            ray.init(address=address, **logs)
-            return
-        check_address(address)
-        with package_for_cluster() as package, tempfile.TemporaryDirectory(prefix="tune-rl-plugins-") as tmp:
-            modules = [str(package)]  # uploaded by ray.init; the staged copies can go after
-            if plugins:
-                modules.append(str(stage_plugins(plugins, Path(tmp))))
-            ray.init(address=address, runtime_env={"py_modules": modules}, **logs)
-    except ImportError as exc:
-        raise UserError(f"--address {address}: Ray Client needs more packages ({exc}); "
-                        f"pip install 'tune-rl[cluster]'") from None
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise UserError(f"--address {address}: cannot join the Ray cluster "
-                        f"({str(exc).strip().splitlines()[0]}); check the address, or drop --address "
-                        f"for a local Ray") from None
-
-
-SHIPPED_PLUGINS = "tune_rl_user_plugins"  # the package a joined cluster's workers import user plugins from
-_shipped: dict[str, str] = {}  # plugin path on this machine -> its module reference on the cluster
-
-
-def stage_plugins(plugins: Sequence[str], tmp: Path) -> Path:
-    """The user's plugin files copied into a package for a runtime env's py_modules (workers may not see
-    this machine's files); remembers each file's module there, which the trials import instead."""
-    package = tmp / SHIPPED_PLUGINS
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for n, path in enumerate(plugins):
-        module = f"p{n}_{re.sub(r'[^0-9a-zA-Z_]', '_', Path(path).stem)}"
-        shutil.copy2(path, package / f"{module}.py")
-        _shipped[path] = f"module:{SHIPPED_PLUGINS}.{module}"
-    return package
-
-
-def trial_plugins(spec: ExperimentSpec) -> ExperimentSpec:
-    """The spec as trials see it: plugins shipped to a joined cluster are imported from there."""
-    return replace(spec, plugins=tuple(_shipped.get(p, p) for p in spec.plugins))
-
-
 local_folder = storage.local_folder  # the experiment's folder on this machine (a URI's local copy)
 
 
@@ -217,23 +115,12 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     """Validate, launch, track, select the best trial and export it."""
     out = out or sys.stdout
     quiet_logs(verbose=options.verbose)
-    prepared = prepare(with_trial_resources(spec, cpus=options.cpus_per_trial, gpus=options.gpus_per_trial),
-                       storage=options.storage)
+    prepared, name, exp_path, options = _checked(spec, options, suffix=suffix)
     spec = prepared.spec
-    check_register(spec, options.register_model)
-    mlflow_uri.check_uri(options.mlflow_uri)
-    check_storage(options.storage)
-    if options.address:
-        check_address(options.address)  # here, not only on joining: a refusal comes before the header
-    name = experiment_name(spec, options, suffix=suffix)
-    exp_path = local_folder(options.storage, name)
-    if not options.resume:
-        _check_new(options.storage, name, exp_path)
-        options = replace(options, search_id=resume.new_search_id())
     started = time.monotonic()
-    _header(spec, name, out)
-    ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
-               address=options.address, plugins=spec.plugins)
+    console.header(spec, name, out)
+    shipped = ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
+                         address=options.address, plugins=spec.plugins)
     check_resources(spec, prepared)
     _note_storage(options, out)
     if not options.resume:  # after the checks that need Ray, so that a refused search leaves nothing
@@ -242,7 +129,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
                                                          out=out)
     status = "FAILED"
     try:
-        unfinished = _fit(trial_plugins(spec), prepared, name=name, where=options.storage, local=exp_path,
+        unfinished = _fit(trial_plugins(spec, shipped), prepared, name=name, where=options.storage, local=exp_path,
                           callbacks=callbacks, resume=options.resume, max_failures=options.max_failures)
         if unfinished:
             status = "KILLED"
@@ -262,8 +149,26 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         raise
     finally:
         parent_run.close(mlflow, parent, status=status)
-    _summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
+    console.summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
     return outcome
+
+
+def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str) -> tuple[Prepared, str, Path, RunOptions]:
+    """Every check that needs no Ray, before anything is printed or written: the prepared search, its name, its
+    folder on this machine, and the options (a new search gets its id here)."""
+    prepared = prepare(with_trial_resources(spec, cpus=options.cpus_per_trial, gpus=options.gpus_per_trial),
+                       storage=options.storage)
+    check_register(prepared.spec, options.register_model)
+    mlflow_uri.check_uri(options.mlflow_uri)
+    check_storage(options.storage)
+    if options.address:
+        check_address(options.address)  # here, not only on joining: a refusal comes before the header
+    name = experiment_name(prepared.spec, options, suffix=suffix)
+    exp_path = local_folder(options.storage, name)
+    if not options.resume:
+        _check_new(options.storage, name, exp_path)
+        options = replace(options, search_id=resume.new_search_id())
+    return prepared, name, exp_path, options
 
 
 def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, population: bool,
@@ -425,75 +330,3 @@ def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, e
         return model.NOT_LOGGED
     return model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
                             trainable=spec.trainable, best=outcome.best, register_as=options.register_model)
-
-
-def _where_to_look(uri: str) -> str:
-    """How to open the dashboard on this store."""
-    from tune_runner.paths import default_mlflow_uri
-
-    if uri.startswith(("http://", "https://")):
-        return "open it in a browser"
-    return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
-
-
-def _header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
-    searched = ", ".join(f"{p.name}~{p.describe()}" for p in spec.space) or "nothing (fixed config)"
-    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_trials} trial(s) x "
-          f"{spec.budget_env_steps:,} env steps{_stop_at(spec)}, "
-          f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
-          file=out)
-    print(f"  searching {searched}", file=out, flush=True)
-
-
-def _stop_at(spec: ExperimentSpec) -> str:
-    return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g})" \
-        if spec.stop_at is not None else ""
-
-
-def _best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:
-    """What the best trial scored and how it was chosen: with stop_at, by solving (soonest, or on fresh seeds)."""
-    from tune_runner.search.progress import fmt_value
-
-    if verdict is not None and verdict.target is not None:
-        from tune_runner.results.robust import headline
-
-        return f"{headline(verdict.winner, verdict.target)} on fresh seeds (robust, below)"
-    steps = int(best.last_result.get("env_steps", 0))
-    line = f"{spec.metric} {fmt_value(best.value)} at {steps:,} env steps"
-    if spec.stop_at is None or verdict is not None:
-        return line
-    if spec.reached(best.last_result):
-        return f"{line} ({best.scope} {spec.stop_at:g})"
-    return f"{line} (no trial reached {spec.stop_at:g})"
-
-
-def _summary(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, mlflow_run: str, model: Any,
-             out: TextIO) -> None:
-    from tune_runner.search.progress import fmt_config
-
-    minutes, seconds = divmod(int(outcome.seconds), 60)
-    counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
-    print(f"\ntrials     {sum(outcome.counts.values())}: {counts} in {minutes}m{seconds:02d}s", file=out)
-    if outcome.errors:
-        (line, times), = outcome.errors.most_common(1)
-        print(f"errors     {sum(outcome.errors.values())} trial(s) errored; most common ({times}x): {line}", file=out)
-    best = outcome.best
-    if best is not None:
-        print(f"best       {best.trial_id}  {_best_line(spec, best, outcome.verdict)}", file=out)
-        print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
-    if outcome.audit:
-        print(f"pbt        {outcome.audit}", file=out)
-    if outcome.verdict is not None:
-        from tune_runner.results.robust import describe
-
-        for i, line in enumerate(describe(outcome.verdict, metric=spec.metric)):
-            print(f"{'robust' if i == 0 else '':<10} {line}", file=out)
-    where = storage.join(options.storage, outcome.experiment_path.name)
-    print(f"results    {where}" + (f"  (local copy: {outcome.experiment_path})" if storage.is_uri(where) else ""),
-          file=out)
-    print(f"mlflow     {mlflow_uri.redacted(options.mlflow_uri)}  (experiment {spec.name}, run {mlflow_run}; "
-          f"{_where_to_look(options.mlflow_uri)})", file=out)
-    print(f"model      {model.note}", file=out)
-    if outcome.export_path is not None:
-        print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
-    out.flush()
