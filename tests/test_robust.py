@@ -355,3 +355,26 @@ def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_
     assert result.status == 2 and result.out == ""
     assert result.err.strip() == (f"tune-rl: {path}: evaluation.solved: expected a list of true/false per seed, got "
                                   f"'3/3'; export the bundle again")
+
+
+def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monkeypatch):
+    import io
+
+    from tune_runner.search import cluster
+    from tune_runner.search.reevaluate import reevaluate_best
+
+    def no_ray(**_: object) -> None:
+        raise AssertionError("Ray started for a re-evaluation that cannot run")
+
+    monkeypatch.setattr(cluster, "ensure_ray", no_ray)
+    spec = load_spec("ppo_small")
+    # tune-rl best --reevaluate 3 on a search whose trials reported nothing finite
+    with pytest.raises(UserError, match=r"^--reevaluate 3: no finished trial of exp reported episode_return_mean$"):
+        reevaluate_best(spec, _Analysis([SEARCH[-1]]), tmp_path / "exp", top=3, seeds=None, name="r",
+                        out=io.StringIO())
+    # a search's automatic stage: 3 trials cannot pay for 2 configs x 2 seeds
+    out = io.StringIO()
+    assert reevaluate_best(spec.with_overrides(num_samples=3), _Analysis(SEARCH), tmp_path / "exp", top=None,
+                           seeds=None, name="r", out=out) is None
+    assert out.getvalue() == ("re-evaluation skipped: 3 trial(s) is too few for 2 configs x 3 seeds (tune-rl best "
+                              "EXP --reevaluate K --seeds N runs it anyway)\n")

@@ -275,7 +275,12 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
         best = None
     verdict = None
     if best is not None and options.reevaluate and spec.reevaluate is not False:
-        verdict = _reevaluate(spec, loaded, exp_path, options, out or sys.stdout)
+        from tune_runner.search.reevaluate import reevaluate_best
+
+        settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
+        verdict = reevaluate_best(spec, loaded, exp_path, top=options.top or settings.get("top"),
+                                  seeds=options.seeds or settings.get("seeds"), name="reevaluation",
+                                  out=out or sys.stdout, verbose=options.verbose)
         if verdict is not None:
             from tune_runner.results.robust import scope
 
@@ -290,28 +295,6 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     written = report.write(loaded, spec, folder=exp_path, title=exp_path.name)
     return Outcome(exp_path, best, export_path, counts, time.monotonic() - started, audit, verdict, tuple(written),
                    errors=errors)
-
-
-def _reevaluate(spec: ExperimentSpec, loaded: Any, exp_path: Path, options: RunOptions, out: TextIO) -> Any:
-    """The automatic robust-best stage (tune_runner.results.robust), or None when it does not apply."""
-    from tune_runner.results import robust
-    from tune_runner.search.reevaluate import reevaluate
-
-    settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
-    top, seeds = options.top or settings.get("top"), options.seeds or settings.get("seeds")
-    shape = robust.plan(spec.num_trials, top=top, seeds=seeds)
-    picks = robust.candidates(loaded, metric=spec.metric, mode=spec.mode, k=shape[0],
-                              reached=spec.reached) if shape else []
-    if shape is None or len(picks) < 2 and top is None:
-        print(f"re-evaluation skipped: {spec.num_trials} trial(s) is too few for {robust.DEFAULT_TOP} configs x "
-              f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
-              file=out, flush=True)
-        return None
-    verdict = reevaluate(spec, picks, seeds=shape[1], storage=exp_path, name="reevaluation", out=out)
-    from tune_runner.results.report import save_verdict
-
-    save_verdict(verdict, exp_path, metric=spec.metric)
-    return verdict
 
 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
