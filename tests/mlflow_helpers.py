@@ -1,8 +1,8 @@
 """Helpers for the MLflow tests: servers as real subprocesses, process trees, and a search's
 MLflow records written by tune-rl's own logging code from synthetic trials (no Ray).
 
-The synthetic search goes through the same functions a real one does (runner._open_parent,
-tracking.MlflowTracking's hooks, report.write, runner._log_outcome), fed with the trial
+The synthetic search goes through the same functions a real one does (parent.open_run,
+tracking.MlflowTracking's hooks, report.write, parent.log_outcome), fed with the trial
 objects and progress tables that Ray Tune would hand them, so the dashboard and the stores can
 be tested in seconds; the e2e tests check the same records after real searches.
 """
@@ -250,12 +250,13 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     from tune_runner.search import runner
     from tune_runner.spec.experiment import load_spec
     from tune_runner.tracking import callback as tracking
+    from tune_runner.tracking import parent as parent_run
 
     spec = load_spec("oracle", overrides=["budget=5000"])
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, spec.name, uri)
     folder.mkdir(parents=True, exist_ok=True)
-    parent = runner._open_parent(client, exp_id, spec, name, folder)
+    parent = parent_run.open_run(client, exp_id, spec, name=name, exp_path=folder)
     callback = tracking.MlflowTracking(uri=uri, experiment_id=exp_id, parent_run_id=parent,
                                        logged_keys=tuple(spec.fixed) + spec.searched, ending=spec.ending)
     trials, frames = synthetic_trials(spec, count=count)
@@ -276,9 +277,8 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     written = report.write(fake, spec, folder=folder, title=name)
     counts = Counter(spec.ending(t.last_result).replace("_", " ") for t in trials)
     outcome = runner.Outcome(folder, best, export_path, counts, 1.0, None, report=tuple(written))
-    runner._log_outcome(client, parent, spec, outcome)
-    client.set_tag(parent, "tune_rl.status", "finished")
-    client.set_terminated(parent, status="FINISHED")
+    parent_run.log_outcome(client, parent, spec=spec, outcome=outcome)
+    parent_run.close(client, parent, status="FINISHED")
     return {"spec": spec, "experiment_id": exp_id, "parent": parent, "trials": trials, "best": best,
             "client": client}
 
@@ -347,15 +347,16 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 
 def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
     """The MLflow records a search of `folder`'s trials leaves, written by tune-rl's own logging code
-    (runner._open_parent, tracking.MlflowTracking's hooks fed with every result); the parent run id."""
+    (parent.open_run, tracking.MlflowTracking's hooks fed with every result); the parent run id."""
     from tune_runner.results import analysis
-    from tune_runner.search import runner
     from tune_runner.tracking import callback as tracking
+    from tune_runner.tracking import parent as parent_run
 
     loaded = analysis.read(folder)
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, spec.name, uri)
-    parent = runner._open_parent(client, exp_id, spec, folder.name, folder, search_id="cd" * 16)
+    parent = parent_run.open_run(client, exp_id, spec, name=folder.name, exp_path=folder,
+                                 search_id="cd" * 16)
     callback = tracking.MlflowTracking(uri=uri, experiment_id=exp_id, parent_run_id=parent,
                                        logged_keys=tuple(spec.fixed) + spec.searched, ending=spec.ending)
     for trial in loaded.trials:
@@ -364,6 +365,5 @@ def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
         for row in loaded.rows(trial.trial_id):
             callback.on_trial_result(0, loaded.trials, trial, row)
         callback.on_trial_complete(0, loaded.trials, trial)
-    client.set_tag(parent, "tune_rl.status", "finished")
-    client.set_terminated(parent, status="FINISHED")
+    parent_run.close(client, parent, status="FINISHED")
     return parent

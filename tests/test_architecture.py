@@ -18,9 +18,11 @@ ROOT = Path(tune_runner.__file__).parent
 # Lowest first; a module may import its own layer and the layers before it. The base modules are what every
 # layer shares (errors, paths, the registry, storage, ...): no order is asserted among them, only no cycle.
 # spec is the validated experiment; algos the own learners (they know no spec); trainables run one trial (they
-# read the spec's env settings); tracking logs to MLflow; results read a finished search back (and rebuild a
-# policy from a trial's checkpoint: trainables); search composes and runs Tune runs, re-evaluation included
-# (search/reevaluate.py), and reads results; cli parses flags and calls the rest. tune_rl_policy, the file an
+# read the spec's env settings); results read a finished search back (and rebuild a policy from a trial's
+# checkpoint: trainables); tracking writes everything MLflow gets (asserted below), so it sits above results:
+# the policy model it logs is built by results/model.py, the verdict it tags is results/robust.py's; search
+# composes and runs Tune runs, re-evaluation included (search/reevaluate.py), and reads results; cli parses
+# flags and calls the rest. tune_rl_policy, the file an
 # exported policy ships with, imports nothing of the project (asserted below).
 LAYERS = (
     ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "metrics", "audit", "env_api",
@@ -28,8 +30,8 @@ LAYERS = (
     ("spec", ("spec",)),
     ("algos", ("algos",)),
     ("trainables", ("trainables",)),
-    ("tracking", ("tracking",)),
     ("results", ("results",)),
+    ("tracking", ("tracking",)),
     ("search", ("search",)),
     ("cli", ("cli", "__main__")),
 )
@@ -39,6 +41,16 @@ RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 ALLOWED = {
     ("tune_runner.results.tracked", "tune_runner.search.schedulers"),
 }
+
+
+# MLflow's write calls (client and fluent API): only tracking/ makes them. The parent run is tracking/parent.py's,
+# the trials' child runs tracking/callback.py's, the policy model tracking/model.py's; reading (search_runs,
+# get_run, downloads) may happen anywhere.
+MLFLOW_WRITES = frozenset({
+    "log_metric", "log_metrics", "log_param", "log_params", "log_batch", "set_tag", "set_tags", "log_artifact",
+    "log_artifacts", "log_dict", "log_text", "log_figure", "log_image", "log_table", "log_input", "log_model",
+    "create_run", "start_run", "end_run", "update_run", "set_terminated", "delete_run", "delete_tag",
+    "set_experiment_tag", "create_experiment", "create_logged_model"})
 
 
 def module_name(path: Path) -> str:
@@ -158,6 +170,25 @@ def test_each_layer_imports_only_layers_below():
 
 def test_the_exported_policy_file_imports_nothing_of_the_project():
     assert not list(imports("tune_runner.tune_rl_policy"))
+
+
+def mlflow_writes(source: str) -> Iterator[tuple[str, int]]:
+    """(method, line) of every call `something.<an MLflow write>(...)` in `source`."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MLFLOW_WRITES:
+            yield node.func.attr, node.lineno
+
+
+def test_only_tracking_writes_to_mlflow():
+    assert list(mlflow_writes("mlflow.set_terminated(run, status='FAILED')\nclient.log_batch(r, metrics=[])"
+                              "\nprint(len(x))")) == [("set_terminated", 1), ("log_batch", 2)]
+    outside = [f"{name}:{line} calls .{method}(): MLflow writes belong in tune_runner/tracking/"
+               for name, path in MODULES.items() if not name.startswith("tune_runner.tracking.")
+               for method, line in mlflow_writes(path.read_text(encoding="utf-8"))]
+    assert not outside, "\n".join(outside)
+    inside = {method for name, path in MODULES.items() if name.startswith("tune_runner.tracking.")
+              for method, _ in mlflow_writes(path.read_text(encoding="utf-8"))}
+    assert {"create_run", "set_terminated", "log_artifacts", "create_logged_model"} <= inside  # the walk sees them
 
 
 def test_the_checks_catch_a_back_import_and_a_cycle():

@@ -415,8 +415,8 @@ def searches(tmp_path_factory):
     """A real MLflow store holding a finished search, a population-based one, one logged before the
     spec was, a run that is not tune-rl's and an experiment without a search."""
     from tests.mlflow_helpers import hand_spec, log_folder_search, write_search_folder
-    from tune_runner.search import runner
     from tune_runner.tracking import callback as tracking
+    from tune_runner.tracking import parent as parent_run
 
     root = tmp_path_factory.mktemp("best-refusals")
     uri, spec = f"sqlite:///{root / 'mlflow.db'}", hand_spec()
@@ -425,7 +425,8 @@ def searches(tmp_path_factory):
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, spec.name, uri)
     child = tracking.children(client, exp_id, parent)["h_00000"]
-    pbt = runner._open_parent(client, exp_id, hand_spec(scheduler="pbt"), "pbt-search", root / "pbt-search")
+    pbt = parent_run.open_run(client, exp_id, hand_spec(scheduler="pbt"), name="pbt-search",
+                              exp_path=root / "pbt-search")
     old = client.create_run(exp_id, run_name="old-search", tags={"tune_rl.space": spec.name,
                                                                  "tune_rl.experiment_path": "/data/old-search"})
     plain = client.create_run(client.create_experiment("other"), run_name="notebook")

@@ -141,7 +141,7 @@ def test_train_verify_and_evaluate_read_a_bundle_through_bundle_read(tmp_path, m
 
 def test_the_saved_files_round_trip_and_the_logged_spec_is_the_folders(tmp_path):
     from tests.resume_helpers import options
-    from tune_runner.search import runner
+    from tune_runner.tracking import parent
 
     spec, folder, opts = load_spec("oracle"), tmp_path / "results" / "exp", options(tmp_path)
     saved.save(folder, spec=spec, options=opts)
@@ -157,7 +157,7 @@ def test_the_saved_files_round_trip_and_the_logged_spec_is_the_folders(tmp_path)
         def log_text(self, run_id: str, text: str, name: str) -> None:
             logged[name] = text
 
-    runner.log_spec(FakeMlflow(), "parent", spec)
+    parent.log_spec(FakeMlflow(), "parent", spec)
     assert logged == {paths.SPEC_FILE: (folder / paths.SPEC_FILE).read_text()}
     (tmp_path / "copy.yaml").write_text(logged[paths.SPEC_FILE])
     assert saved.read_logged_spec(tmp_path / "copy.yaml", where="x", fix="") == spec

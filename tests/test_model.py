@@ -16,6 +16,7 @@ import torch
 from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env, trained_checkpoint
 from tune_runner import tune_rl_policy
 from tune_runner.results import model
+from tune_runner.tracking import model as tracking_model
 
 
 def observations(n: int = 64) -> np.ndarray:
@@ -55,7 +56,7 @@ def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, t
     exp = experiment_id(mlflow, "models", uri)
     run = mlflow.create_run(exp, run_name="parent").info.run_id
     best = SimpleNamespace(trial_path=str(tmp_path / "trial"), config=config, trial_id="trial_00000")
-    logged = model.log_policy(uri=uri, experiment_id=exp, run_id=run, trainable=name, best=best,
+    logged = tracking_model.log_policy(uri=uri, experiment_id=exp, run_id=run, trainable=name, best=best,
                               register_as=f"cartpole-{name}")
     assert logged.uri == f"models:/cartpole-{name}/1" and logged.version == "1"
     assert "checkpoint_000012 of trial_00000" in logged.note
@@ -83,6 +84,6 @@ def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, t
 def test_no_model_for_the_oracle_rllib_or_a_trial_without_checkpoints(tmp_path):
     best = SimpleNamespace(trial_path=str(tmp_path), config={}, trial_id="t")
     common = {"uri": "sqlite:///unused.db", "experiment_id": "0", "run_id": "r", "best": best}
-    assert model.log_policy(trainable="oracle", **common).note == "not logged (the oracle has no policy)"
-    assert "not rllib/PPO" in model.log_policy(trainable="rllib/PPO", **common).note
-    assert model.log_policy(trainable="ppo", **common).note.startswith("not logged (no checkpoint in")
+    assert tracking_model.log_policy(trainable="oracle", **common).note == "not logged (the oracle has no policy)"
+    assert "not rllib/PPO" in tracking_model.log_policy(trainable="rllib/PPO", **common).note
+    assert tracking_model.log_policy(trainable="ppo", **common).note.startswith("not logged (no checkpoint in")

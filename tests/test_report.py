@@ -74,23 +74,23 @@ def test_importances_are_fitted_once_per_set_of_trials_and_again_when_one_change
 
 @pytest.mark.e2e  # two child processes import MLflow (about 4 s each)
 def test_the_parent_logger_logs_the_report_from_its_own_process_or_nothing_when_cancelled(tmp_path):
-    from tune_runner.results import report as html_report
-    from tune_runner.search import runner
     from tune_runner.tracking import callback as tracking
+    from tune_runner.tracking import parent as parent_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, "oracle", uri)
-    parent = runner._open_parent(client, exp_id, load_spec("oracle"), "exp", tmp_path / "exp", search_id="ab" * 16)
+    parent = parent_run.open_run(client, exp_id, load_spec("oracle"), name="exp", exp_path=tmp_path / "exp",
+                                 search_id="ab" * 16)
     folder = tmp_path / "exp" / "report"
     folder.mkdir(parents=True)
     (folder / "index.html").write_text("<html></html>")
 
-    cancelled = html_report.ParentLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
+    cancelled = parent_run.ReportLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
     cancelled.cancel()
     assert client.list_artifacts(parent, "report") == []
-    logger = html_report.ParentLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
+    logger = parent_run.ReportLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
     assert logger.finish(folder) == parent
     assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/index.html"]
     with pytest.raises(RuntimeError, match=r"^logging the report to MLflow failed: \w+"):
-        html_report.ParentLogger("sqlite:////proc/nope/mlflow.db", "oracle", tmp_path / "exp").finish(folder)
+        parent_run.ReportLogger("sqlite:////proc/nope/mlflow.db", "oracle", tmp_path / "exp").finish(folder)

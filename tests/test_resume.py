@@ -14,6 +14,7 @@ from tune_runner.errors import UserError
 from tune_runner.search import resume, runner
 from tune_runner.spec.experiment import load_spec
 from tune_runner.tracking import callback as tracking
+from tune_runner.tracking import parent as parent_run
 
 SECRET = "tune-rl-secret-9c1e"
 
@@ -147,17 +148,18 @@ def test_finding_the_parent_run_in_a_real_store_with_quotes_in_the_path(tmp_path
              tmp_path / "100%_done"]
     decoys = [tmp_path / "it_s", tmp_path / "both _ and _", tmp_path / "back_slash", tmp_path / "100%xdone"]
     for decoy in decoys:  # what a LIKE pattern would also match: the newest, so found first if not excluded
-        runner._open_parent(client, exp_id, spec, "decoy", decoy)
+        parent_run.open_run(client, exp_id, spec, name="decoy", exp_path=decoy)
     parents = {}
     for path in paths:
-        parents[path] = runner._open_parent(client, exp_id, spec, path.name, path)
+        parents[path] = parent_run.open_run(client, exp_id, spec, name=path.name, exp_path=path)
         client.create_run(exp_id, tags={"mlflow.parentRunId": parents[path], "tune_rl.experiment_path": str(path)})
     for decoy in decoys:
-        runner._open_parent(client, exp_id, spec, "decoy", decoy)
+        parent_run.open_run(client, exp_id, spec, name="decoy", exp_path=decoy)
     for path in paths:
         assert tracking.find_parent(client, exp_id, search_id=None, exp_path=path) == parents[path], path
     assert tracking.find_parent(client, exp_id, search_id=None, exp_path=tmp_path / "never") is None
-    by_id = runner._open_parent(client, exp_id, spec, "moved", tmp_path / "old place", search_id="ab" * 16)
+    by_id = parent_run.open_run(client, exp_id, spec, name="moved", exp_path=tmp_path / "old place",
+                                search_id="ab" * 16)
     assert tracking.find_parent(client, exp_id, search_id="ab" * 16, exp_path=tmp_path / "new place") == by_id
 
 
@@ -178,8 +180,6 @@ def test_save_refuses_a_folder_that_appeared_meanwhile(tmp_path):
 
 
 def test_the_report_finds_the_parent_run_by_search_id_or_by_a_quoted_path(tmp_path):
-    from tune_runner.results import report as html_report
-
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, "oracle", uri)
@@ -187,8 +187,9 @@ def test_the_report_finds_the_parent_run_by_search_id_or_by_a_quoted_path(tmp_pa
     report = tmp_path / "report"
     report.mkdir()
     (report / "index.html").write_text("<html></html>")
-    old = runner._open_parent(client, exp_id, spec, "old", tmp_path / "it's old")
-    assert html_report.log_to_parent(uri, "oracle", tmp_path / "it's old", report) == old
-    new = runner._open_parent(client, exp_id, spec, "new", tmp_path / "was here", search_id="cd" * 16)
-    assert html_report.log_to_parent(uri, "oracle", tmp_path / "moved", report, search_id="cd" * 16) == new
+    old = parent_run.open_run(client, exp_id, spec, name="old", exp_path=tmp_path / "it's old")
+    assert parent_run.log_report(uri, "oracle", tmp_path / "it's old", report) == old
+    new = parent_run.open_run(client, exp_id, spec, name="new", exp_path=tmp_path / "was here",
+                              search_id="cd" * 16)
+    assert parent_run.log_report(uri, "oracle", tmp_path / "moved", report, search_id="cd" * 16) == new
     assert [a.path for a in client.list_artifacts(new, "report")] == ["report/index.html"]

@@ -228,14 +228,14 @@ def test_search_candidates_with_stop_at_are_those_that_solved_soonest():
 
 
 def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
-    from tune_runner.search.runner import _best_line
+    from tune_runner.search.console import best_line
 
     spec = load_spec("ppo_small")
     best = best_trial(_Analysis(SEARCH), metric=spec.metric, mode="max", reached=spec.reached)
     assert best.trial_id == "soon" and best.value == 476.0
     assert best.scope == "solved soonest: 2 of 5 trials reached stop_at"
-    assert _best_line(spec, best, None) == ("episode_return_mean 476 at 96,000 env steps (solved soonest: 2 of 5 "
-                                            "trials reached stop_at 475)")
+    assert best_line(spec, best, None) == ("episode_return_mean 476 at 96,000 env steps (solved soonest: 2 of 5 "
+                                           "trials reached stop_at 475)")
 
 
 def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:
@@ -334,17 +334,17 @@ def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
 
 
 def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
-    from tune_runner.search.runner import _robust_metrics
+    from tune_runner.tracking.parent import robust_metrics
 
-    values = _robust_metrics(_sure_verdict())
+    values = robust_metrics(_sure_verdict())
     winner = _sure_verdict().winner
     assert values == {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1],
                       "robust_solved_share": 1.0, "robust_solved_seeds": 3, "robust_seeds": 3,
                       "robust_steps_to_solve_iqm": pytest.approx(296_000 / 3),
                       "robust_steps_to_solve_ci_low": winner.steps_ci[0],
                       "robust_steps_to_solve_ci_high": winner.steps_ci[1]}
-    assert set(_robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",
-                                                                                   "robust_ci_high"}
+    assert set(robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",
+                                                                                  "robust_ci_high"}
 
 
 def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):
@@ -362,3 +362,26 @@ def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_
     assert result.status == 2 and result.out == ""
     assert result.err.strip() == (f"tune-rl: {path}: evaluation.solved: expected a list of true/false per seed, got "
                                   f"'3/3'; export the bundle again")
+
+
+def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monkeypatch):
+    import io
+
+    from tune_runner.search import cluster
+    from tune_runner.search.reevaluate import reevaluate_best
+
+    def no_ray(**_: object) -> None:
+        raise AssertionError("Ray started for a re-evaluation that cannot run")
+
+    monkeypatch.setattr(cluster, "ensure_ray", no_ray)
+    spec = load_spec("ppo_small")
+    # tune-rl best --reevaluate 3 on a search whose trials reported nothing finite
+    with pytest.raises(UserError, match=r"^--reevaluate 3: no finished trial of exp reported episode_return_mean$"):
+        reevaluate_best(spec, _Analysis([SEARCH[-1]]), tmp_path / "exp", top=3, seeds=None, name="r",
+                        out=io.StringIO())
+    # a search's automatic stage: 3 trials cannot pay for 2 configs x 2 seeds
+    out = io.StringIO()
+    assert reevaluate_best(spec.with_overrides(num_samples=3), _Analysis(SEARCH), tmp_path / "exp", top=None,
+                           seeds=None, name="r", out=out) is None
+    assert out.getvalue() == ("re-evaluation skipped: 3 trial(s) is too few for 2 configs x 3 seeds (tune-rl best "
+                              "EXP --reevaluate K --seeds N runs it anyway)\n")

@@ -129,7 +129,7 @@ def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
 
 @pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_credentials_never_reach_runs_models_or_artifacts(server, tmp_path, monkeypatch):
-    from tune_runner.results import model
+    from tune_runner.tracking import model
 
     for name in CREDENTIAL_VARS:
         monkeypatch.setenv(name, MARKER)

@@ -20,7 +20,7 @@ from tune_runner.errors import UserError
 _PACKAGE = Path(__file__).resolve().parent
 # The files tune-rl writes into a search's folder, and into a checkpoint of our learners: named once, here.
 # Each has one reader and one writer: spec/saved.py (the first three), results/bundle.py, trainables/checkpoints.py.
-SPEC_FILE = "tune_rl_spec.yaml"  # the validated spec the search ran
+SPEC_FILE = "tune_rl_spec.yaml"  # the validated spec the search ran (also an artifact of its MLflow parent run)
 RUN_FILE = "tune_rl_run.yaml"  # its run options, what tune-rl resume continues with
 FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its end
 BUNDLE_FILE = "best.yaml"  # the exported best config

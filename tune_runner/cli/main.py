@@ -479,23 +479,13 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, args: argparse.Namespac
     from datetime import datetime
 
     from tune_runner.results import robust
-    from tune_runner.search import runner
-    from tune_runner.search.reevaluate import reevaluate
+    from tune_runner.search.reevaluate import reevaluate_best
 
-    runner.quiet_logs(verbose=False)
-    metric = spec.metric
-    picks = robust.candidates(loaded, metric=metric, mode=spec.mode, k=args.reevaluate, reached=spec.reached)
-    if not picks:
-        raise UserError(f"--reevaluate {args.reevaluate}: no finished trial of {path.name} reported {metric}")
-    runner.ensure_ray(num_cpus=args.num_cpus, verbose=False)
     shown = err_or_out(args, out)
-    verdict = reevaluate(spec, picks, seeds=args.seeds or robust.DEFAULT_SEEDS, storage=path,
-                                name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=shown)
-    for line in robust.describe(verdict, metric=metric):
+    verdict = reevaluate_best(spec, loaded, path, top=args.reevaluate, seeds=args.seeds, num_cpus=args.num_cpus,
+                              name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=shown)
+    for line in robust.describe(verdict, metric=spec.metric):
         print(f"robust     {line}", file=shown)
-    from tune_runner.results.report import save_verdict
-
-    save_verdict(verdict, path, metric=metric)
     return verdict
 
 
@@ -504,6 +494,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.results import analysis
     from tune_runner.results import report as html_report
     from tune_runner.search import resume
+    from tune_runner.tracking import parent as parent_run
 
     path = analysis.experiment_path(args.experiment, storage=args.storage, command="report")
     spec = _saved_spec(path)
@@ -513,7 +504,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         raise UserError(f"--mlflow-uri: missing; {path.name} logs to {uri}, whose secret is not saved; give it")
     mlflow_uri.check_uri(uri)
     # MLflow's import and store open on the other core while this one draws: about half the wall time.
-    logger = html_report.ParentLogger(uri, spec.name, path, search_id=saved.get("search_id"))
+    logger = parent_run.ReportLogger(uri, spec.name, path, search_id=saved.get("search_id"))
     try:
         index = html_report.write(path, spec)
     except BaseException:

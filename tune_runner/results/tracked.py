@@ -1,6 +1,6 @@
 """A finished search read back from its MLflow tracking store, for `tune-rl best runs:/<parent run id>`.
 
-A search logs everything `best` needs while it runs (tune_runner.tracking.callback, tune_runner.search.runner):
+A search logs everything `best` needs while it runs (tune_runner.tracking.callback, tune_runner.tracking.parent):
 
     parent run   tags tune_rl.space, tune_rl.search_id, ...; artifact tune_rl_spec.yaml, the validated
                  spec (the folder's own file; logged by searches from this version on)

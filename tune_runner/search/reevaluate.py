@@ -12,12 +12,44 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from tune_runner.errors import UserError
+from tune_runner.results import robust
 from tune_runner.results.robust import Candidate, SeedRun, Verdict, rank, summarise, target_of
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 
 CANDIDATE_KEY = reserved.CANDIDATE_KEY  # the re-evaluation run's candidate index; trainables ignore it
 SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a search uses by default
+
+
+def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int | None, seeds: int | None,
+                    name: str, out: TextIO, num_cpus: int | None = None, verbose: bool = False) -> Verdict | None:
+    """The robust best of a finished search: its top configs trained again on fresh seeds, ranked, and the
+    verdict saved in its folder (the report reads it). Used by a search's automatic stage (top and seeds
+    from the spec or the flags, Ray already up) and by `tune-rl best --reevaluate K` (top given).
+
+    Without `top` or `seeds`, the stage costs at most the search's own trial budgets (robust.plan); None,
+    said on `out`, when that leaves too few configs or seeds. With `top`, a search with no finished trial
+    is refused before Ray starts.
+    """
+    from tune_runner.results.report import save_verdict
+    from tune_runner.search.cluster import ensure_ray, quiet_logs
+
+    quiet_logs(verbose=verbose)
+    shape = robust.plan(spec.num_trials, top=top, seeds=seeds)
+    picks = robust.candidates(loaded, metric=spec.metric, mode=spec.mode, k=shape[0],
+                              reached=spec.reached) if shape else []
+    if top is not None and not picks:
+        raise UserError(f"--reevaluate {top}: no finished trial of {folder.name} reported {spec.metric}")
+    if shape is None or len(picks) < 2 and top is None:
+        print(f"re-evaluation skipped: {spec.num_trials} trial(s) is too few for {robust.DEFAULT_TOP} configs x "
+              f"{robust.DEFAULT_SEEDS} seeds (tune-rl best EXP --reevaluate K --seeds N runs it anyway)",
+              file=out, flush=True)
+        return None
+    ensure_ray(num_cpus=num_cpus, verbose=verbose)
+    verdict = reevaluate(spec, picks, seeds=shape[1], storage=folder, name=name, out=out)
+    save_verdict(verdict, folder, metric=spec.metric)
+    return verdict
 
 
 def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, storage: Path, name: str,

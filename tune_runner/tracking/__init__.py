@@ -1,4 +1,5 @@
-"""MLflow: the search's runs (callback), and the dashboard on its store (dashboard, dashboard_link)."""
+"""MLflow, everything written to it: a search's parent run (parent), its trials' child runs (callback), the best
+policy's model (model); and the dashboard on its store (dashboard, dashboard_link)."""
 
 from tune_runner._moved import forward
 

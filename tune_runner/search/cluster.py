@@ -1,0 +1,129 @@
+"""The Ray a search runs on: a local instance, or a joined cluster with our package and the user's plugin
+files shipped to its workers; and the driver's logging kept quiet around it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tune_runner.errors import UserError
+from tune_runner.search.preflight import check_address
+from tune_runner.spec.experiment import ExperimentSpec
+
+SHIPPED_PLUGINS = "tune_rl_user_plugins"  # the package a joined cluster's workers import user plugins from
+
+
+def quiet_logs(*, verbose: bool) -> None:
+    """Keep the driver's output to our live view: RLlib, Tune and MLflow chatter only with --verbose."""
+    if verbose:
+        return
+    for name in ("ray.rllib", "ray.train"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Tune logs every failed trial's traceback at ERROR; the live view and summary say it in one line.
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is first imported
+    for name in ("mlflow", "alembic", "optuna", "hpbandster"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # PB2's Gaussian process fit warns about convergence on almost every perturbation.
+    warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
+    warnings.filterwarnings("ignore", message=r".*TPESampler.*|.*CmaEsSampler.*|.*multivariate.*")
+
+
+def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = None,
+               address: str | None = None, plugins: Sequence[str] = ()) -> dict[str, str]:
+    """Start a local Ray, or join the cluster at `address`; reuse a session already started. The plugins
+    shipped to a joined cluster (path -> module reference for trial_plugins); {} when none were.
+
+    A local Ray is never a running cluster joined by accident (address="local"). Joining one
+    ships our package to its workers through Ray's runtime environment, so workers that only
+    have Ray and our dependencies installed still run our trainables. Inside a Ray job
+    (tune-rl submit) the search joins the job's cluster.
+    """
+    for key, value in (("RAY_enable_worker_prestart", "0"), ("RAY_DEDUP_LOGS", "0"),
+                       ("RAY_AIR_NEW_OUTPUT", "0"),  # with verbose=0 the old engine prints nothing
+                       ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1"),  # we add CSV+JSON, not TensorBoard
+                       ("TUNE_GLOBAL_CHECKPOINT_S", "2")):  # experiment-state snapshots at most 2 s old
+        os.environ.setdefault(key, value)
+    import ray
+
+    if ray.is_initialized():
+        return {}
+    logs = {"log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}
+    from tune_runner.search.jobs import inside_job
+
+    if address or inside_job():
+        return _join(address or "auto", logs, plugins=plugins)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
+    from tune_runner.search import reaper
+
+    os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **logs)
+    import subprocess
+
+    unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
+    subprocess.Popen([sys.executable, "-m", "tune_runner.search.reaper", str(os.getpid())], start_new_session=True,
+                     env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return {}
+
+
+def _join(address: str, logs: dict, *, plugins: Sequence[str] = ()) -> dict[str, str]:
+    """ray.init on an existing cluster (`auto`, host:port or ray://host:10001), with our package shipped;
+    the plugins shipped with it (shipped_names).
+
+    A Ray job's driver has it already: the job's runtime env (tune-rl submit) applies to everything
+    the job starts, and Ray refuses a ray.init that sets py_modules again.
+    """
+    import ray
+
+    from tune_runner.paths import package_for_cluster
+    from tune_runner.search.jobs import inside_job
+
+    try:
+        if inside_job():
+            ray.init(address=address, **logs)
+            return {}
+        check_address(address)
+        with package_for_cluster() as package, tempfile.TemporaryDirectory(prefix="tune-rl-plugins-") as tmp:
+            modules = [str(package)]  # uploaded by ray.init; the staged copies can go after
+            if plugins:
+                modules.append(str(stage_plugins(plugins, Path(tmp))))
+            ray.init(address=address, runtime_env={"py_modules": modules}, **logs)
+            return shipped_names(plugins)
+    except ImportError as exc:
+        raise UserError(f"--address {address}: Ray Client needs more packages ({exc}); "
+                        f"pip install 'tune-rl[cluster]'") from None
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(f"--address {address}: cannot join the Ray cluster "
+                        f"({str(exc).strip().splitlines()[0]}); check the address, or drop --address "
+                        f"for a local Ray") from None
+
+
+def shipped_names(plugins: Sequence[str]) -> dict[str, str]:
+    """Each plugin path -> its module reference in the shipped package (the n-th file is p<n>_<stem>)."""
+    return {path: f"module:{SHIPPED_PLUGINS}.p{n}_{re.sub(r'[^0-9a-zA-Z_]', '_', Path(path).stem)}"
+            for n, path in enumerate(plugins)}
+
+
+def stage_plugins(plugins: Sequence[str], tmp: Path) -> Path:
+    """The user's plugin files copied into a package for a runtime env's py_modules (workers may not see
+    this machine's files), each under the module shipped_names gives it, which the trials import instead."""
+    package = tmp / SHIPPED_PLUGINS
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for path, reference in shipped_names(plugins).items():
+        shutil.copy2(path, package / f"{reference.rpartition('.')[2]}.py")
+    return package
+
+
+def trial_plugins(spec: ExperimentSpec, shipped: Mapping[str, str]) -> ExperimentSpec:
+    """The spec as trials see it: plugins shipped to a joined cluster (ensure_ray's answer) are imported
+    from there."""
+    return replace(spec, plugins=tuple(shipped.get(p, p) for p in spec.plugins))

@@ -1,0 +1,83 @@
+"""What `tune-rl search` prints around its live view: the header before it starts, the summary after it ends."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from tune_runner import mlflow_uri, storage
+from tune_runner.results import analysis
+from tune_runner.spec.experiment import ExperimentSpec
+
+
+def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
+    """The search's name, what it trains for how long, and the space it searches."""
+    searched = ", ".join(f"{p.name}~{p.describe()}" for p in spec.space) or "nothing (fixed config)"
+    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_trials} trial(s) x "
+          f"{spec.budget_env_steps:,} env steps{_stop_at(spec)}, "
+          f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
+          file=out)
+    print(f"  searching {searched}", file=out, flush=True)
+
+
+def _stop_at(spec: ExperimentSpec) -> str:
+    return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g})" \
+        if spec.stop_at is not None else ""
+
+
+def best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:
+    """What the best trial scored and how it was chosen: with stop_at, by solving (soonest, or on fresh seeds)."""
+    from tune_runner.search.progress import fmt_value
+
+    if verdict is not None and verdict.target is not None:
+        from tune_runner.results.robust import headline
+
+        return f"{headline(verdict.winner, verdict.target)} on fresh seeds (robust, below)"
+    steps = int(best.last_result.get("env_steps", 0))
+    line = f"{spec.metric} {fmt_value(best.value)} at {steps:,} env steps"
+    if spec.stop_at is None or verdict is not None:
+        return line
+    if spec.reached(best.last_result):
+        return f"{line} ({best.scope} {spec.stop_at:g})"
+    return f"{line} (no trial reached {spec.stop_at:g})"
+
+
+def where_to_look(uri: str) -> str:
+    """How to open the dashboard on this store."""
+    from tune_runner.paths import default_mlflow_uri
+
+    if uri.startswith(("http://", "https://")):
+        return "open it in a browser"
+    return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
+
+
+def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str, model: Any, out: TextIO) -> None:
+    """A finished search (tune_runner.search.runner's Outcome and RunOptions): trials, errors, the best and
+    its config, the PBT audit, the robust verdict, and where its results, runs, model and bundle are."""
+    from tune_runner.search.progress import fmt_config
+
+    minutes, seconds = divmod(int(outcome.seconds), 60)
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
+    print(f"\ntrials     {sum(outcome.counts.values())}: {counts} in {minutes}m{seconds:02d}s", file=out)
+    if outcome.errors:
+        (line, times), = outcome.errors.most_common(1)
+        print(f"errors     {sum(outcome.errors.values())} trial(s) errored; most common ({times}x): {line}", file=out)
+    best = outcome.best
+    if best is not None:
+        print(f"best       {best.trial_id}  {best_line(spec, best, outcome.verdict)}", file=out)
+        print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
+    if outcome.audit:
+        print(f"pbt        {outcome.audit}", file=out)
+    if outcome.verdict is not None:
+        from tune_runner.results.robust import describe
+
+        for i, line in enumerate(describe(outcome.verdict, metric=spec.metric)):
+            print(f"{'robust' if i == 0 else '':<10} {line}", file=out)
+    where = storage.join(options.storage, outcome.experiment_path.name)
+    print(f"results    {where}" + (f"  (local copy: {outcome.experiment_path})" if storage.is_uri(where) else ""),
+          file=out)
+    print(f"mlflow     {mlflow_uri.redacted(options.mlflow_uri)}  (experiment {spec.name}, run {mlflow_run}; "
+          f"{where_to_look(options.mlflow_uri)})", file=out)
+    print(f"model      {model.note}", file=out)
+    if outcome.export_path is not None:
+        print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
+    out.flush()

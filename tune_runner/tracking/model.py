@@ -1,0 +1,78 @@
+"""The best trial's policy logged as an MLflow model of the search's parent run (and registered, when asked).
+
+What the model holds, and how it is built from a checkpoint, is tune_runner.results.model's; this module
+only writes it to the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tune_runner import mlflow_uri, tune_rl_policy
+from tune_runner.results import model
+from tune_runner.results.analysis import last_checkpoint
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What became of the best trial's policy: a model URI, or why there is none."""
+
+    uri: str | None
+    note: str
+    version: str | None = None
+
+
+NOT_LOGGED = Logged(None, "not logged (no best trial)")
+
+
+def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, best: Any,
+               register_as: str | None = None) -> Logged:
+    """Log the best trial's policy as a model of run `run_id` (and register it as `register_as`)."""
+    from tune_runner.trainables.catalog import backend
+
+    record = backend(trainable)
+    if not record.exports_policy:
+        why = "the oracle has no policy" if record.kind == "oracle" else \
+            f"only our ppo and dqn are exported, not {trainable}"
+        return Logged(None, f"not logged ({why})")
+    if best.config.get("model", "mlp") != "mlp":
+        return Logged(None, f"not logged (the model is a registered {best.config['model']!r}, the logged "
+                            f"policy is our mlp; use tune-rl evaluate or load_policy on the checkpoint)")
+    checkpoint = last_checkpoint(best.trial_path)
+    if checkpoint is None:
+        return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
+    import mlflow
+    from mlflow.models import Model
+
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
+        data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
+        # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
+        logged = mlflow_uri.client(uri).create_logged_model(
+            experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
+            params=mlflow_uri.flat_params({k: v for k, v in best.config.items() if k not in ("env_config",)}),
+            tags={"tune_rl.trial_id": best.trial_id, "tune_rl.checkpoint": checkpoint.name})
+        previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
+        mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
+        try:
+            with contextlib.redirect_stderr(chatter):  # "Successfully registered model": our summary says so
+                info = Model.log(artifact_path=None, name=model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
+                                 model_id=logged.model_id, loader_module="tune_rl_policy", data_path=str(data),
+                                 code_paths=[tune_rl_policy.__file__], pip_requirements=model.requirements(),
+                                 signature=model.signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
+                                 registered_model_name=register_as, await_registration_for=0)
+        finally:
+            mlflow.set_tracking_uri(previous)
+            rest = [line for line in chatter.getvalue().splitlines(keepends=True)
+                    if not line.startswith("Successfully registered model")]
+            sys.stderr.write("".join(rest))
+    version = str(info.registered_model_version) if register_as and info.registered_model_version else None
+    shown = f"models:/{register_as}/{version}" if version else f"models:/{logged.model_id}"
+    return Logged(shown, f"{shown}  (from {checkpoint.name} of {best.trial_id})", version)
