@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from tune_runner import files, paths, storage
-from tune_runner.errors import UserError
+from tune_runner.errors import NotFound, UserError
 from tune_runner.mlflow_uri import redacted
 from tune_runner.spec.experiment import ExperimentSpec, build_spec
 
@@ -194,7 +194,7 @@ def locate(ref: str, *, where: storage.Storage | None) -> Path:
     if not (folder / SPEC_FILE).is_file():
         storage.download_files(str(remote), folder, (SPEC_FILE, RUN_FILE, FINISHED_MARK))
     if not (folder / SPEC_FILE).is_file():
-        raise UserError(f"--storage {redacted(str(where))}: no {ref}/{SPEC_FILE} there nor in {folder}; check the "
+        raise NotFound(f"--storage {redacted(str(where))}: no {ref}/{SPEC_FILE} there nor in {folder}; check the "
                         f"name and --storage")
     return folder
 
