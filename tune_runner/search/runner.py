@@ -78,6 +78,7 @@ class Outcome:
     report: tuple[Path, ...] = ()
     interrupted: bool = False
     errors: Counter = field(default_factory=Counter)
+    mlflow_run: str | None = None  # the search's MLflow parent run
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -264,7 +265,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         mlflow.set_tag(parent, "tune_rl.status", status.lower())
         mlflow.set_terminated(parent, status=status)
     _summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
-    return outcome
+    return replace(outcome, mlflow_run=parent)
 
 
 def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, population: bool,
