@@ -21,25 +21,35 @@ ROOT = Path(tune_runner.__file__).parent
 # read the spec's env settings); results read a finished search back (and rebuild a policy from a trial's
 # checkpoint: trainables); tracking writes everything MLflow gets (asserted below), so it sits above results:
 # the policy model it logs is built by results/model.py, the verdict it tags is results/robust.py's; search
-# composes and runs Tune runs, re-evaluation included (search/reevaluate.py), and reads results; cli parses
-# flags and calls the rest. tune_rl_policy, the file an
-# exported policy ships with, imports nothing of the project (asserted below).
+# composes and runs Tune runs, re-evaluation included (search/reevaluate.py), and reads results; api is what a
+# Python caller uses (tr.search, tr.best, ...) with typed results and errors, and cli parses flags, calls the
+# api (or, for commands it does not cover, the layers below) and prints: above the api, so the command line
+# cannot do a search differently. tune_rl_policy, the file an exported policy ships with, imports nothing of
+# the project (asserted below).
 LAYERS = (
     ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "metrics", "audit", "env_api",
-              "add_args", "mlflow_uri", "plugins", "_moved", "tune_rl_policy")),
+              "add_args", "mlflow_uri", "plugins", "_moved", "tune_rl_policy", "version")),
     ("spec", ("spec",)),
     ("algos", ("algos",)),
     ("trainables", ("trainables",)),
     ("results", ("results",)),
     ("tracking", ("tracking",)),
     ("search", ("search",)),
+    ("api", ("api",)),
     ("cli", ("cli", "__main__")),
 )
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 # Imports against the order that are known and kept, each with its reason. results/tracked.py reads a search
 # back from MLflow with the scheduler registry, which search/ owns today. (Its saved-spec reader is spec/saved.py.)
+# The package itself and its subpackage `search` are the API's front door, each by a call-time import: `tr.best`
+# and the rest load the api on first use (import tune_runner stays light), and `tr.search` is the subpackage
+# tune_runner.search (the import system sets that attribute), so calling it runs the api's search.
 ALLOWED = {
     ("tune_runner.results.tracked", "tune_runner.search.schedulers"),
+    ("tune_runner", "tune_runner.api"),
+    ("tune_runner", "tune_runner.search"),
+    ("tune_runner.search", "tune_runner.api"),
+    ("tune_runner.search", "tune_runner.api.searching"),
 }
 
 
@@ -144,8 +154,9 @@ def layer(name: str) -> int:
 
 def test_every_module_is_read():
     assert {"tune_runner.cli.main", "tune_runner.search.runner", "tune_runner._moved"} <= MODULES.keys()
-    # a function-level import counts (runner's own import of the stopper is at module level; cli's of runner not)
-    assert "tune_runner.search.runner" in graph()["tune_runner.cli.main"]
+    # a function-level import counts (runner's own import of the stopper is at module level; the api's of runner not)
+    assert "tune_runner.search.runner" in graph()["tune_runner.api.searching"]
+    assert "tune_runner.api" in graph()["tune_runner.cli.commands"]
 
 
 def test_no_import_cycle():

@@ -1,4 +1,4 @@
-"""Exit statuses and the one error type that reaches the user as a single line."""
+"""Exit statuses and the errors that reach the user as a single line: UserError and its kinds."""
 
 from __future__ import annotations
 
@@ -18,9 +18,40 @@ class ExitStatus(IntEnum):
 
 
 class UserError(Exception):
-    """Bad input: printed as one line on stderr, exit status 2, no traceback."""
+    """Bad input: printed as one line on stderr, exit status 2, no traceback.
+
+    Its kinds below let a Python caller (tune_runner.api) catch what it can act on; each carries the same
+    one-line message the CLI prints, and the exit status the CLI returns for it."""
 
     exit_status = ExitStatus.BAD_INPUT
+
+
+class SpecError(UserError):
+    """A search space, or an override of it, that does not validate."""
+
+
+class NotFound(UserError):
+    """A space, an experiment or a saved search that is not where it was looked for."""
+
+
+class SearchEnded(UserError):
+    """A search that ran but gave no result to use; `result` holds what it left (tune_runner.api.SearchResult)."""
+
+    def __init__(self, message: str, *, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class AllTrialsFailed(SearchEnded):
+    """Every trial of the search errored: exit status 3."""
+
+    exit_status = ExitStatus.ALL_TRIALS_FAILED
+
+
+class Interrupted(SearchEnded):
+    """The search was stopped (Ctrl-C) with its state saved; it continues with tune-rl resume: exit status 130."""
+
+    exit_status = ExitStatus.INTERRUPTED
 
 
 def closest(word: str, choices: Iterable[str]) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner import paths
-from tune_runner.errors import UserError, unknown_name
+from tune_runner.errors import NotFound, UserError, unknown_name
 
 SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
 STATE_FIX = "Ray Tune wrote it; restore it, or delete it if an older experiment_state-*.json is beside it"
@@ -81,14 +81,14 @@ def experiment_path(ref: str, *, storage: Path | str | None = None, command: str
     try:
         paths.check_name(ref, flag="experiment")
     except UserError:  # a path that is not there: a name would have to stay inside the results folder
-        raise UserError(f"experiment {ref!r}: no such folder; give an experiment's folder, or its name under "
+        raise NotFound(f"experiment {ref!r}: no such folder; give an experiment's folder, or its name under "
                         f"{root} (one folder name, e.g. cartpole-ppo)") from None
     if (root / ref).is_dir():
         return (root / ref).resolve()
     known = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
     if not known:
-        raise UserError(f"experiment {ref!r}: no such folder, and {root} holds no experiments")
-    raise UserError(f"experiment {ref!r}: {unknown_name('experiment', ref, known)} in {root}")
+        raise NotFound(f"experiment {ref!r}: no such folder, and {root} holds no experiments")
+    raise NotFound(f"experiment {ref!r}: {unknown_name('experiment', ref, known)} in {root}")
 
 
 def load(path: Path) -> Any:

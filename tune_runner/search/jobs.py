@@ -160,7 +160,7 @@ def submit(*, address: str, search_argv: list[str], job_id: str | None = None,
            env_vars: dict[str, str] | None = None) -> str:
     """Send `tune-rl search <search_argv>` to the cluster at `address` (the dashboard) as a Ray job, with
     our package and the local files the flags name; the job's submission id. Returns once submitted."""
-    from tune_runner import __version__
+    from tune_runner.version import __version__
 
     client = _client(address)
     with runtime_env(search_argv, env_vars=env_vars) as (env, argv), _answers(address):

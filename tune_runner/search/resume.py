@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner import paths, storage
-from tune_runner.errors import UserError
+from tune_runner.errors import NotFound, UserError
 from tune_runner.mlflow_uri import redacted
 from tune_runner.paths import FINISHED_MARK, RUN_FILE, SPEC_FILE
 from tune_runner.spec import saved
@@ -46,7 +46,7 @@ def locate(ref: str, *, where: storage.Storage | None) -> Path:
     if not (folder / SPEC_FILE).is_file():
         storage.download_files(str(remote), folder, (SPEC_FILE, RUN_FILE, FINISHED_MARK))
     if not (folder / SPEC_FILE).is_file():
-        raise UserError(f"--storage {redacted(str(where))}: no {ref}/{SPEC_FILE} there nor in {folder}; check the "
+        raise NotFound(f"--storage {redacted(str(where))}: no {ref}/{SPEC_FILE} there nor in {folder}; check the "
                         f"name and --storage")
     return folder
 

@@ -80,6 +80,7 @@ class Outcome:
     report: tuple[Path, ...] = ()
     interrupted: bool = False
     errors: Counter = field(default_factory=Counter)
+    mlflow_run: str | None = None  # the search's MLflow parent run
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -150,7 +151,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     finally:
         parent_run.close(mlflow, parent, status=status)
     console.summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
-    return outcome
+    return replace(outcome, mlflow_run=parent)
 
 
 def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str) -> tuple[Prepared, str, Path, RunOptions]:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from tune_runner import paths
-from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.errors import NotFound, UserError, closest, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.spec import reserved
 from tune_runner.spec.search_space import Param, _short, parse_space
@@ -130,12 +130,12 @@ def resolve_space(ref: str) -> Path:
         if path.is_dir():
             raise UserError(f"--space {ref}: a folder, expected a YAML file; give one of its .yaml files")
         if not path.exists():  # a pipe or an unreadable file: read says what it is
-            raise UserError(f"--space {ref}: no such file; give a path to a YAML file "
+            raise NotFound(f"--space {ref}: no such file; give a path to a YAML file "
                             f"or a shipped space name (tune-rl spaces list)")
         return path
     spaces = shipped_spaces()
     if ref not in spaces:
-        raise UserError(f"--space: {unknown_name('space', ref, spaces)}")
+        raise NotFound(f"--space: {unknown_name('space', ref, spaces)}")
     return spaces[ref]
 
 

@@ -1,0 +1,181 @@
+"""`search` and `resume` from Python: what `tune-rl search` and `tune-rl resume` run, with the same checks.
+
+A keyword takes the value its flag would (`num_samples=4` is `--num-samples 4`), and a bad one raises the
+UserError whose text the command line prints. The search's progress goes to `out` (default: stdout).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from tune_runner.api.checks import check_run_settings, name_setting, positive, run_options, storage_setting
+from tune_runner.api.results import SearchResult, best_result
+from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError
+
+Overrides = Mapping[str, Any] | Iterable[str] | None
+
+
+def search(space: str | Path, *, overrides: Overrides = None, name: str | None = None,
+           storage: str | Path | None = None, mlflow_uri: str | None = None, num_samples: int | None = None,
+           searcher: str | None = None, scheduler: str | None = None, max_concurrent: int | None = None,
+           max_failures: int | None = None, export: bool = True, reevaluate: bool = True, top: int | None = None,
+           seeds: int | None = None, register_model: str | None = None, plugins: Iterable[str | Path] = (),
+           cpus_per_trial: float | None = None, gpus_per_trial: float | None = None, num_cpus: int | None = None,
+           num_gpus: float | None = None, gpu: str | None = None, address: str | None = None, verbose: bool = False,
+           out: TextIO | None = None) -> SearchResult:
+    """Run a search over `space` (a shipped space's name or a YAML path) to its end, as `tune-rl search`.
+
+    `overrides` are `--set`s: {"budget": 50000, "lr": 3.0e-4} or ["budget=50000"]. `reevaluate=False` is
+    --no-reevaluate, `top` is --reevaluate K. Raises AllTrialsFailed when every trial errored, Interrupted
+    when stopped with its state saved (both carry the result), and UserError (SpecError, NotFound) for bad
+    input, before Ray starts."""
+    storage, name = storage_setting(storage), name_setting(name)
+    spec = search_spec(str(space), overrides=overrides, num_samples=num_samples, max_concurrent=max_concurrent,
+                       num_cpus=num_cpus, top=top, seeds=seeds, max_failures=max_failures, searcher=searcher,
+                       scheduler=scheduler, plugins=plugins)
+    ray = {"address": address, "num_cpus": num_cpus, "num_gpus": num_gpus, "cpus_per_trial": cpus_per_trial,
+           "gpus_per_trial": gpus_per_trial, "gpu": gpu}
+    check_run_settings(**ray)
+    from tune_runner.search import preflight
+
+    # A bad env or env_config is refused here, before Ray Tune and torch load (runner imports them): seconds sooner.
+    preflight.check_before_ray(preflight.with_trial_resources(spec, cpus=cpus_per_trial, gpus=gpus_per_trial))
+    from tune_runner.search import runner
+
+    extra = {} if max_failures is None else {"max_failures": max_failures}
+    options = run_options(storage=storage, mlflow_uri=mlflow_uri, name=name, verbose=verbose, **ray, export=export,
+                          reevaluate=reevaluate, top=top, seeds=seeds, register_model=register_model, **extra)
+    return _result(runner.run(spec, options, out=out))
+
+
+def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | None = None,
+                max_concurrent: int | None = None, num_cpus: int | None = None, top: int | None = None,
+                seeds: int | None = None, max_failures: int | None = None, searcher: str | None = None,
+                scheduler: str | None = None, plugins: Iterable[str | Path] = ()) -> Any:
+    """The space with the search's settings applied, checked in the order `tune-rl search` checks its flags."""
+    from tune_runner.spec.experiment import Component
+
+    for flag, value in (("--num-samples", num_samples), ("--max-concurrent", max_concurrent),
+                        ("--num-cpus", num_cpus), ("--reevaluate", top), ("--seeds", seeds)):
+        positive(flag, value)
+    if max_failures is not None and max_failures < 0:
+        raise UserError(f"--max-failures {max_failures}: must be 0 or more")
+    spec = load(space, overrides=overrides)
+    changes: dict[str, Any] = {}
+    if num_samples:
+        changes["num_samples"] = num_samples
+    if max_concurrent:
+        changes["max_concurrent"] = max_concurrent
+    if searcher:
+        from tune_runner.search.searchers import COMMON
+
+        kept = {k: v for k, v in spec.searcher.settings.items() if k in COMMON}  # seed, warm start, points
+        changes["searcher"] = Component(searcher, kept)
+    if scheduler:
+        changes["scheduler"] = Component(scheduler)
+    plugins = [str(p) for p in plugins]
+    if plugins:
+        from tune_runner.plugins import load_plugins
+
+        load_plugins(plugins)  # a bad path is named with its flag, before the space's own plugins
+        changes["plugins"] = spec.plugins + tuple(str(Path(p).expanduser().resolve()) for p in plugins)
+    return spec.with_overrides(**changes)
+
+
+def load(space: str, *, overrides: Overrides = None) -> Any:
+    """The validated spec of a space with `--set` overrides; SpecError (the loader's text) when it does not
+    validate, NotFound when there is no such space."""
+    from tune_runner.spec.experiment import load_spec
+
+    try:
+        return load_spec(space, overrides=set_items(overrides))
+    except UserError as exc:
+        if type(exc) is not UserError:  # already of a kind (NotFound)
+            raise
+        raise SpecError(*exc.args).with_traceback(exc.__traceback__) from None
+
+
+def set_items(overrides: Overrides) -> list[str]:
+    """Overrides as `--set KEY=VALUE` items; a mapping's values written so that --set reads each one back as
+    it was (a string stays a string: {"tag": "4"} is tag='4')."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        return [overrides]
+    if not isinstance(overrides, Mapping):
+        return [str(item) for item in overrides]
+    import yaml
+
+    def text(value: Any) -> str:
+        return yaml.safe_dump(value, default_flow_style=True, width=float("inf")).removesuffix("...\n").strip()
+
+    return [f"{key}={text(value)}" for key, value in overrides.items()]
+
+
+def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: str | None = None,
+           num_cpus: int | None = None, verbose: bool = False, out: TextIO | None = None) -> SearchResult:
+    """Continue the interrupted search `name` (under `storage`, or a folder) to its end, as `tune-rl resume`,
+    with the options it was started with. A search that finished already is returned as it stands."""
+    from tune_runner.search import resume as saved
+
+    out = out or sys.stdout
+    storage = storage_setting(storage)
+    positive("--num-cpus", num_cpus)
+    folder = saved.locate(str(name), where=storage)
+    counts = saved.finished(folder)
+    if counts is not None:
+        print(f"{folder.name} finished already ({sum(counts.values())} trials: "
+              f"{', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}); nothing to resume", file=out)
+        return _finished(folder, counts)
+    spec = saved.read_spec(folder)
+    run = saved.read_run(folder)
+    fields = saved.continued(run, folder=folder, where=storage, mlflow_uri=mlflow_uri, num_cpus=num_cpus)
+    saved.check_tune_state(fields["storage"], folder)
+    if run is None:
+        print(f"note: {folder.name} has no {saved.RUN_FILE} (started before tune-rl saved run options); it "
+              f"continues with this command's flags and the current defaults", file=out, flush=True)
+    from tune_runner.search import runner
+
+    options = runner.RunOptions(**fields, name=folder.name, verbose=verbose, resume=True)
+    return _result(runner.run(spec, options, out=out))
+
+
+def _result(outcome: Any) -> SearchResult:
+    """The result of a search that ran; raised within an AllTrialsFailed or Interrupted when it gave none."""
+    from tune_runner.search.resume import read_spec
+
+    path = outcome.experiment_path
+    spec = read_spec(path)  # the spec the search saved: the one it ran (trial resources included)
+    best = None if outcome.best is None else best_result(spec, outcome.best, experiment=path.name, path=path,
+                                                         verdict=outcome.verdict)
+    result = SearchResult(name=path.name, path=path, metric=spec.metric, mode=spec.mode, trials=dict(outcome.counts),
+                          best=best, export_path=outcome.export_path, mlflow_run=outcome.mlflow_run)
+    if outcome.exit_status == ExitStatus.INTERRUPTED:
+        raise Interrupted(f"search {path.name} interrupted; its state is saved (continue it with "
+                          f"tune_runner.resume({path.name!r}) or tune-rl resume {path.name})", result=result)
+    if outcome.exit_status == ExitStatus.ALL_TRIALS_FAILED:
+        common = outcome.errors.most_common(1)
+        raise AllTrialsFailed(f"search {path.name}: every trial failed ({sum(outcome.counts.values())} errored"
+                              + (f"; most common: {common[0][0]})" if common else ")"), result=result)
+    return result
+
+
+def _finished(folder: Path, counts: Mapping[str, int]) -> SearchResult:
+    """A search that had run to its end, its best trial selected as `tune-rl best` selects it (None when its
+    trials cannot be read)."""
+    from tune_runner.paths import BUNDLE_FILE
+    from tune_runner.results import analysis
+    from tune_runner.spec.saved import read_spec
+
+    spec = read_spec(folder)
+    try:
+        chosen, _ = analysis.select(spec, analysis.read(folder))
+    except UserError:
+        chosen = None
+    best = None if chosen is None else best_result(spec, chosen, experiment=folder.name, path=folder)
+    exported = folder / BUNDLE_FILE
+    return SearchResult(name=folder.name, path=folder, metric=spec.metric, mode=spec.mode, trials=dict(counts),
+                        best=best, export_path=exported if exported.is_file() else None)
