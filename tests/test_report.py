@@ -94,3 +94,40 @@ def test_the_parent_logger_logs_the_report_from_its_own_process_or_nothing_when_
     assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/index.html"]
     with pytest.raises(RuntimeError, match=r"^logging the report to MLflow failed: \w+"):
         parent_run.ReportLogger("sqlite:////proc/nope/mlflow.db", "oracle", tmp_path / "exp").finish(folder)
+
+
+def _trial(trial_id: str, status: str, value: float | None, **config: float):
+    from types import SimpleNamespace
+
+    last = {} if value is None else {"episode_return_mean": value, "env_steps": 1000}
+    return SimpleNamespace(trial_id=trial_id, status=status, last_result=last, config=config)
+
+
+def test_a_paused_trial_is_stopped_early_in_the_summary_and_the_search_counts_alike():
+    # HyperBand can end a search with a trial PAUSED in an unfilled bracket; the summary table and the
+    # search's counts used to disagree on it ('paused' against 'stopped early').
+    from types import SimpleNamespace
+
+    from tune_runner.results import analysis, summary
+    from tune_runner.spec.experiment import load_spec
+
+    spec = load_spec("oracle")
+    trials = [_trial("a", "PAUSED", 10.0), _trial("b", "ERROR", None), _trial("c", "RUNNING", 5.0)]
+    counts = analysis.statuses(SimpleNamespace(trials=trials), ending=spec.ending)
+    assert counts == {"stopped early": 1, "errored": 1, "running": 1}
+    assert [summary.trial_status(t, spec) for t in trials] == ["stopped_early", "errored", "running"]
+
+
+def test_warm_start_takes_the_top_configs_by_the_same_ranking_as_the_robust_candidates():
+    from types import SimpleNamespace
+
+    from tune_runner.results import analysis, robust
+
+    trials = [_trial("a", "TERMINATED", 3.0, lr=0.1), _trial("b", "TERMINATED", float("nan"), lr=0.2),
+              _trial("c", "TERMINATED", 7.0, lr=0.3), _trial("d", "ERROR", None, lr=0.4)]
+    loaded = SimpleNamespace(trials=trials)
+    tops = analysis.top_configs(loaded, metric="episode_return_mean", mode="max", k=3, keys=("lr",))
+    assert tops == [{"lr": 0.3}, {"lr": 0.1}]  # NaN and no value left out, best first
+    picks = robust.candidates(loaded, metric="episode_return_mean", mode="max", k=3)
+    assert [p.config["lr"] for p in picks] == [t["lr"] for t in tops]
+    assert analysis.top_configs(loaded, metric="episode_return_mean", mode="min", k=1, keys=("lr",)) == [{"lr": 0.1}]

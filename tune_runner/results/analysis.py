@@ -265,27 +265,24 @@ def trial_best(analysis: Any, trial_id: str, *, metric: str, mode: str, value: f
                 scope=scope, last_result=dict(trial.last_result or {}), trial_path=str(trial.path))
 
 
+def trial_ending(trial: Any, *, ending: Callable[[dict], str]) -> str:
+    """How a trial ended: errored, `ending`'s word for a finished one (done / solved / stopped_early), or Tune's
+    own status in lower case for one that has not; the one mapping the summary, report and search counts share."""
+    if trial.status == "ERROR":
+        return "errored"
+    if trial.status == "TERMINATED":
+        return ending(trial.last_result or {})
+    if trial.status == "PAUSED":  # HyperBand can end a search with a trial paused in an unfilled bracket
+        return "stopped_early"
+    return trial.status.lower()
+
+
 def statuses(analysis: Any, *, ending: Callable[[dict], str]) -> Counter:
-    """Trials counted as done / solved / stopped early / errored / other; `ending` tells a finished trial's."""
-    counts: Counter = Counter()
-    for trial in analysis.trials:
-        if trial.status == "ERROR":
-            counts["errored"] += 1
-        elif trial.status == "TERMINATED":
-            counts[ending(trial.last_result or {}).replace("_", " ")] += 1
-        elif trial.status == "PAUSED":  # HyperBand can end a search with a trial paused in an unfilled bracket
-            counts["stopped early"] += 1
-        else:
-            counts[trial.status.lower()] += 1
-    return counts
+    """Trials counted as done / solved / stopped early / errored / other (`trial_ending`)."""
+    return Counter(trial_ending(trial, ending=ending).replace("_", " ") for trial in analysis.trials)
 
 
 def top_configs(analysis: Any, *, metric: str, mode: str, k: int, keys: tuple[str, ...]) -> list[dict]:
-    """The configs (only `keys`) of the best `k` trials by their last value of `metric`."""
-    scored = []
-    for trial in analysis.trials:
-        value = (trial.last_result or {}).get(metric)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            scored.append((value, trial))
-    scored.sort(key=lambda pair: pair[0], reverse=mode == "max")
-    return [{key: trial.config[key] for key in keys if key in trial.config} for _, trial in scored[:k]]
+    """The configs (only `keys`) of the best `k` trials by their last value of `metric` (`ranked`)."""
+    return [{key: trial.config[key] for key in keys if key in trial.config}
+            for trial in ranked(analysis.trials, metric=metric, mode=mode)[:k]]

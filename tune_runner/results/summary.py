@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tune_runner.results.analysis import trial_ending
 from tune_runner.spec.experiment import ExperimentSpec
 
 PLOT_FILE, TABLE_FILE = "learning_curves.png", "trials.csv"
@@ -19,11 +20,7 @@ ENDING_MARKERS = {"stopped_early": "x", "solved": "*", "errored": "o"}
 
 def trial_status(trial: Any, spec: ExperimentSpec) -> str:
     """done / solved / stopped_early / errored (or Tune's own status, lower case, for unfinished ones)."""
-    if trial.status == "ERROR":
-        return "errored"
-    if trial.status == "TERMINATED":
-        return spec.ending(trial.last_result or {})
-    return trial.status.lower()
+    return trial_ending(trial, ending=spec.ending)
 
 
 def curve(frame: Any, metric: str) -> tuple[list[float], list[float]]:
