@@ -202,6 +202,25 @@ def test_only_tracking_writes_to_mlflow():
     assert {"create_run", "set_terminated", "log_artifacts", "create_logged_model"} <= inside  # the walk sees them
 
 
+def third_party(source: str) -> Iterator[tuple[str, int]]:
+    """(top-level package, line) of every absolute import in `source`, function-level ones included."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name.partition(".")[0], node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.partition(".")[0], node.lineno
+
+
+def test_our_learners_know_no_ray_nor_mlflow():
+    # algos/ is our PPO and DQN as plain PyTorch: a user's script, the exported policy and `tune-rl train`
+    # run them without Ray. Ray's env registry is asked in plugins.ray_env_creator, one place.
+    assert list(third_party("import ray.tune\nfrom mlflow import x\ndef f():\n    from ray import y")) == \
+        [("ray", 1), ("mlflow", 2), ("ray", 4)]
+    found = [f"{name}:{line} imports {top}" for name, path in MODULES.items() if name.startswith("tune_runner.algos")
+             for top, line in third_party(path.read_text(encoding="utf-8")) if top in ("ray", "mlflow")]
+    assert not found, "\n".join(found)
+
+
 def test_the_checks_catch_a_back_import_and_a_cycle():
     edges = graph()
     edges["tune_runner.spec.experiment"]["tune_runner.cli.main"] = 1  # spec -> cli: above, and a cycle

@@ -261,6 +261,34 @@ class _RayCreator:
         return EnvFactory(self.name, origin).make(env_config)
 
 
+def ray_env_creator(name: str) -> Callable[[Mapping[str, Any]], Any] | None:
+    """The creator Ray Tune holds for env `name` (`register_env`, which ships it to every Ray worker); None
+    if Ray Tune knows no such env. The one place that asks Ray's registry about an env."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    return _global_registry.get(ENV_CREATOR, name) if _global_registry.contains(ENV_CREATOR, name) else None
+
+
+def ensure_gym_id(env_id: str) -> bool:
+    """Make `env_id` a gymnasium id in this process; False when neither gymnasium nor Ray Tune knows it.
+
+    Our shipped envs register themselves (with gymnasium too) when the plug-ins load; an env registered only
+    with Ray Tune is registered with gymnasium here, its creator called with the env_config as a dict.
+    """
+    import gymnasium as gym
+
+    if env_id in gym.registry:
+        return True
+    load_plugins()
+    if env_id in gym.registry:
+        return True
+    creator = ray_env_creator(env_id)
+    if creator is None:
+        return False
+    gym.register(env_id, entry_point=lambda **env_config: creator(env_config))
+    return True
+
+
 def registered_env(name: str) -> EnvFactory:
     """The factory of env `name`; an unknown name is a UserError with the closest one."""
     return ENVS.get(name)

@@ -170,28 +170,6 @@ class Step(NamedTuple):
     valid: np.ndarray
 
 
-def ensure_gym_id(env_id: str) -> bool:
-    """Make `env_id` a gymnasium id in this process; False when neither gymnasium nor Ray Tune knows it.
-
-    An env registered only with Ray Tune (`register_env`, which ships the creator to every Ray
-    worker) is registered with gymnasium here, its creator called with the env_config as a dict.
-    """
-    if env_id in gym.registry:
-        return True
-    from tune_runner.plugins import load_plugins
-
-    load_plugins()  # our shipped envs register themselves (with gymnasium too) on import
-    if env_id in gym.registry:
-        return True
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
-    if not _global_registry.contains(ENV_CREATOR, env_id):
-        return False
-    creator = _global_registry.get(ENV_CREATOR, env_id)
-    gym.register(env_id, entry_point=lambda **env_config: creator(env_config))
-    return True
-
-
 def default_vectorize_mode(env_id: str) -> str:
     """`vector_entry_point` where the env registers a numpy-vectorized version, else `sync`."""
     return "vector_entry_point" if gym.spec(env_id).vector_entry_point else "sync"
@@ -200,6 +178,8 @@ def default_vectorize_mode(env_id: str) -> str:
 def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs: int, seed: int,
                  vectorize_mode: str | None = None) -> VecEnv:
     """`num_envs` copies of `env_id` (NEXT_STEP autoreset), reset with `seed`."""
+    from tune_runner.plugins import ensure_gym_id
+
     ensure_gym_id(env_id)
     mode = vectorize_mode or default_vectorize_mode(env_id)
     if mode not in VECTORIZE_MODES:

@@ -39,9 +39,10 @@ class Prepared:
 def unknown_env(name: str) -> str | None:
     """None for a gymnasium id or an env registered with Ray Tune; else the did-you-mean text."""
     import gymnasium
-    from ray.tune.registry import ENV_CREATOR, _global_registry
 
-    if name in gymnasium.envs.registry or _global_registry.contains(ENV_CREATOR, name):
+    from tune_runner.plugins import ray_env_creator
+
+    if name in gymnasium.envs.registry or ray_env_creator(name) is not None:
         return None
     return unknown_name("environment", name, gymnasium.envs.registry)
 

@@ -176,7 +176,7 @@ def check_env(env_id: str, env_config: Mapping[str, Any] | None = None) -> None:
     """Preflight: one instance of the env must have get_task and set_task (a one-line UserError if not)."""
     if env_id in _CHECKED_ENVS:
         return
-    from tune_runner.algos.common import ensure_gym_id
+    from tune_runner.plugins import ensure_gym_id
 
     if not ensure_gym_id(env_id):
         return  # not ours to make (RLlib's class-path form); the EnvRunners check it

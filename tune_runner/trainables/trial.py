@@ -119,7 +119,7 @@ def env_spaces(env_id: str, env_config: Mapping[str, Any] | None = None) -> Spac
     import gymnasium as gym
 
     if env_id not in gym.registry:  # registered with Ray Tune only: made a gymnasium id (needs Ray and torch)
-        from tune_runner.algos.common import ensure_gym_id
+        from tune_runner.plugins import ensure_gym_id
 
         if not ensure_gym_id(env_id):  # gymnasium or Ray Tune registers it (preflight.check_env said so)
             return None
