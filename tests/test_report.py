@@ -72,28 +72,71 @@ def test_importances_are_fitted_once_per_set_of_trials_and_again_when_one_change
         html_report.importances(fake, spec, cache=cache)
 
 
-@pytest.mark.e2e  # two child processes import MLflow (about 4 s each)
-def test_the_parent_logger_logs_the_report_from_its_own_process_or_nothing_when_cancelled(tmp_path):
+@pytest.mark.e2e  # the child processes import MLflow (about 4 s each)
+@pytest.mark.parametrize("way", ["sqlite-read", "mlflow-child"])
+def test_the_report_logger_logs_the_report_to_the_parent_run_or_nothing_when_cancelled(way, tmp_path, monkeypatch):
     from tune_runner.tracking import callback as tracking
     from tune_runner.tracking import parent as parent_run
 
+    if way == "mlflow-child":  # what a server or another database gets: MLflow's client, in a child process
+        monkeypatch.setattr(parent_run, "local_parent", lambda *args, **kwargs: None)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = tracking.client(uri)
     exp_id = tracking.experiment_id(client, "oracle", uri)
     parent = parent_run.open_run(client, exp_id, load_spec("oracle"), name="exp", exp_path=tmp_path / "exp",
                                  search_id="ab" * 16)
+    # A newer child run with the same search id, and another search's parent: neither is the one.
+    client.create_run(exp_id, run_name="trial", tags={"tune_rl.search_id": "ab" * 16, "mlflow.parentRunId": parent})
+    client.create_run(exp_id, run_name="other", tags={"tune_rl.search_id": "cd" * 16})
     folder = tmp_path / "exp" / "report"
-    folder.mkdir(parents=True)
+    (folder / "plots").mkdir(parents=True)
     (folder / "index.html").write_text("<html></html>")
+    (folder / "plots" / "curves.png").write_bytes(b"png")
 
     cancelled = parent_run.ReportLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
     cancelled.cancel()
     assert client.list_artifacts(parent, "report") == []
     logger = parent_run.ReportLogger(uri, "oracle", tmp_path / "exp", search_id="ab" * 16)
+    assert (logger._proc is None) == (way == "sqlite-read")
     assert logger.finish(folder) == parent
-    assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/index.html"]
+    assert [a.path for a in client.list_artifacts(parent, "report")] == ["report/index.html", "report/plots"]
+    assert [a.path for a in client.list_artifacts(parent, "report/plots")] == ["report/plots/curves.png"]
+    assert parent_run.ReportLogger(uri, "oracle", tmp_path / "exp", search_id="ef" * 16).finish(folder) is None
+    assert parent_run.ReportLogger(uri, "no-such-space", tmp_path / "exp", search_id="ab" * 16).finish(folder) is None
     with pytest.raises(RuntimeError, match=r"^logging the report to MLflow failed: \w+"):
         parent_run.ReportLogger("sqlite:////proc/nope/mlflow.db", "oracle", tmp_path / "exp").finish(folder)
+
+
+def test_the_sqlite_read_leaves_stores_it_cannot_vouch_for_to_mlflow(tmp_path):
+    import sqlite3
+
+    from tune_runner.tracking.parent import local_parent
+
+    exp = tmp_path / "exp"
+    assert local_parent("http://127.0.0.1:5000", "x", exp, search_id=None) is None
+    assert local_parent("postgresql://u@h/db", "x", exp, search_id=None) is None
+    assert local_parent(f"sqlite:///{tmp_path / 'none.db'}", "x", exp, search_id=None) is None  # no file
+    (tmp_path / "other.db").write_bytes(b"not a database at all, not even close to one")
+    assert local_parent(f"sqlite:///{tmp_path / 'other.db'}", "x", exp, search_id=None) is None
+    with sqlite3.connect(tmp_path / "odd.db") as db:  # a schema this query does not know
+        db.execute("CREATE TABLE runs (id TEXT)")
+    assert local_parent(f"sqlite:///{tmp_path / 'odd.db'}", "x", exp, search_id=None) is None
+    # MLflow's tables, reduced to the columns read: artifacts behind a server or in a bucket go through MLflow.
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        db.executescript("""
+            CREATE TABLE experiments (experiment_id INTEGER, name TEXT, lifecycle_stage TEXT);
+            CREATE TABLE runs (run_uuid TEXT, experiment_id INTEGER, artifact_uri TEXT, lifecycle_stage TEXT,
+                               start_time INTEGER);
+            CREATE TABLE tags (run_uuid TEXT, key TEXT, value TEXT);
+            INSERT INTO experiments VALUES (1, 'x', 'active');""")
+        db.execute("INSERT INTO tags VALUES ('r1', 'tune_rl.experiment_path', ?)", (str(exp),))
+    for artifact_uri, expected in (("mlflow-artifacts:/1/r1/artifacts", None), ("s3://bucket/1/r1", None),
+                                   (f"file://{tmp_path}/a%20b", ("r1", tmp_path / "a b")),
+                                   (str(tmp_path / "plain"), ("r1", tmp_path / "plain"))):
+        with sqlite3.connect(tmp_path / "m.db") as db:
+            db.execute("DELETE FROM runs")
+            db.execute("INSERT INTO runs VALUES ('r1', 1, ?, 'active', 5)", (artifact_uri,))
+        assert local_parent(f"sqlite:///{tmp_path / 'm.db'}", "x", exp, search_id=None) == expected, artifact_uri
 
 
 def _trial(trial_id: str, status: str, value: float | None, **config: float):

@@ -9,6 +9,7 @@ report` imports this module in its own process and does the MLflow work in a chi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -127,30 +128,84 @@ def _find(uri: str, experiment: str, exp_path: Path, *, search_id: str | None) -
     return mlflow, mlflow_uri.find_parent(mlflow, found.experiment_id, search_id=search_id, exp_path=exp_path)
 
 
+# The parent run as MLflow's SQLite schema holds it (tables runs, experiments, tags, unchanged since MLflow 1):
+# the newest active run of the experiment with the tag, which is not a child run, as find_parent picks it.
+PARENT_QUERY = """
+SELECT r.run_uuid, r.artifact_uri FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id
+JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? AND t.value = ?
+WHERE e.name = ? AND e.lifecycle_stage = 'active' AND r.lifecycle_stage = 'active'
+  AND NOT EXISTS (SELECT 1 FROM tags c WHERE c.run_uuid = r.run_uuid AND c.key = 'mlflow.parentRunId')
+ORDER BY r.start_time DESC LIMIT 1"""
+
+
+def local_parent(uri: str, experiment: str, exp_path: Path, *, search_id: str | None) \
+        -> tuple[str, Path | None] | None:
+    """The search's parent run in a SQLite store whose artifacts lie in a local folder, read with the standard
+    library: (run id, its artifact folder), or ("", None) when the store has no such run. None when this cannot
+    tell (another store, artifacts behind a server, a schema it does not know): MLflow's client must answer."""
+    import sqlite3
+    import urllib.parse
+
+    path = mlflow_uri.sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    if path is None or not path.is_file():
+        return None
+    key, value = ("tune_rl.search_id", search_id) if search_id else ("tune_rl.experiment_path", str(exp_path))
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            row = db.execute(PARENT_QUERY, (key, value, experiment)).fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None:
+        return "", None
+    run_id, artifact_uri = row
+    parts = urllib.parse.urlsplit(artifact_uri or "")
+    if parts.scheme not in ("", "file") or parts.netloc not in ("", "localhost"):
+        return None
+    return run_id, Path(urllib.parse.unquote(parts.path))
+
+
+def copy_report(folder: Path, artifacts: Path) -> None:
+    """What MLflow's local artifact repository does for log_artifacts(run, folder, REPORT_FOLDER)."""
+    import shutil
+
+    shutil.copytree(folder, artifacts / REPORT_FOLDER, dirs_exist_ok=True)
+
+
 class ReportLogger:
     """`log_report` begun in a child process, so that importing MLflow, opening its store and finding
     the parent run (about half of `tune-rl report`, none of it needed to draw) overlap the rendering.
 
     The child finds the run at once, then waits for `finish(folder)` on its stdin (or an empty line:
-    nothing to log) and answers with one JSON line on stdout.
+    nothing to log) and answers with one JSON line on stdout. A SQLite store with local artifacts, the
+    default, needs no child: the run is read with sqlite3 and the files copied where MLflow keeps them.
     """
 
     def __init__(self, uri: str, experiment: str, exp_path: Path, *, search_id: str | None = None) -> None:
         import subprocess
         import sys
 
-        job = json.dumps({"uri": uri, "experiment": experiment, "exp_path": str(exp_path), "search_id": search_id})
-        self._proc = subprocess.Popen([sys.executable, "-c", CHILD, job], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._local = local_parent(uri, experiment, exp_path, search_id=search_id)
+        self._proc = None
+        if self._local is None:
+            job = json.dumps({"uri": uri, "experiment": experiment, "exp_path": str(exp_path),
+                              "search_id": search_id})
+            self._proc = subprocess.Popen([sys.executable, "-c", CHILD, job], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def finish(self, folder: Path | None) -> str | None:
         """Log `folder` (None: log nothing) and wait; the parent run id, None when there is none."""
+        if self._proc is None:
+            run_id, artifacts = self._local
+            if folder is None or artifacts is None:
+                return None
+            copy_report(folder, artifacts)
+            return run_id
         out, err = self._proc.communicate(f"{folder or ''}\n")
         return mlflow_uri.child_answer(out, err, doing="logging the report to MLflow")["run_id"]
 
     def cancel(self) -> None:
         """Stop the child without logging (the report failed)."""
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
 
