@@ -17,6 +17,9 @@ ROOT = Path(tune_runner.__file__).parent
 
 # Lowest first; a module may import its own layer and the layers before it. The base modules are what every
 # layer shares (errors, paths, the registry, storage, ...): no order is asserted among them, only no cycle.
+# env_registry (register_env, the env factory, Ray's env registry) sits under plugins (loading plug-in files):
+# plugins imports and re-exports it, and it never imports plugins, so ensure_gym_id (which loads the plug-ins
+# first) stays in plugins.
 # spec is the validated experiment; algos the own learners (they know no spec); trainables run one trial (they
 # read the spec's env settings); results read a finished search back (and rebuild a policy from a trial's
 # checkpoint: trainables); tracking writes everything MLflow gets (asserted below), so it sits above results:
@@ -28,7 +31,7 @@ ROOT = Path(tune_runner.__file__).parent
 # the project (asserted below).
 LAYERS = (
     ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "metrics", "audit", "env_api",
-              "add_args", "mlflow_uri", "plugins", "_moved", "tune_rl_policy", "version")),
+              "add_args", "mlflow_uri", "env_registry", "plugins", "_moved", "tune_rl_policy", "version")),
     ("spec", ("spec",)),
     ("algos", ("algos",)),
     ("trainables", ("trainables",)),
@@ -213,7 +216,7 @@ def third_party(source: str) -> Iterator[tuple[str, int]]:
 
 def test_our_learners_know_no_ray_nor_mlflow():
     # algos/ is our PPO and DQN as plain PyTorch: a user's script, the exported policy and `tune-rl train`
-    # run them without Ray. Ray's env registry is asked in plugins.ray_env_creator, one place.
+    # run them without Ray. Ray's env registry is asked in env_registry.ray_env_creator, one place.
     assert list(third_party("import ray.tune\nfrom mlflow import x\ndef f():\n    from ray import y")) == \
         [("ray", 1), ("mlflow", 2), ("ray", 4)]
     found = [f"{name}:{line} imports {top}" for name, path in MODULES.items() if name.startswith("tune_runner.algos")

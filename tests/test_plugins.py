@@ -14,7 +14,7 @@ import ray
 from gymnasium.utils.env_checker import check_env
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
-from tune_runner import plugins
+from tune_runner import env_registry, plugins
 from tune_runner.algos.common import make_vec_env
 from tune_runner.env_api import unwrap_actor_class
 from tune_runner.errors import UserError
@@ -59,10 +59,10 @@ def _restore_registries(tmp_path_factory: pytest.TempPathFactory, forbid_ray):
     load_plugins(cwd=tmp_path_factory.mktemp("empty"))
     saved = {reg: dict(reg._entries) for reg in (ENVS, MODELS, AGENTS)}
     gym_ids, ray_keys, modules = set(gym.envs.registry), set(_global_registry._to_flush), set(sys.modules)
-    unshipped, by_value = dict(plugins._UNSHIPPED), set(plugins._BY_VALUE)
+    unshipped, by_value = dict(env_registry._UNSHIPPED), set(plugins._BY_VALUE)
     yield
-    plugins._UNSHIPPED.clear()
-    plugins._UNSHIPPED.update(unshipped)
+    env_registry._UNSHIPPED.clear()
+    env_registry._UNSHIPPED.update(unshipped)
     plugins._BY_VALUE.clear()
     plugins._BY_VALUE.update(by_value)
     for reg, entries in saved.items():
@@ -212,7 +212,7 @@ def test_a_broken_plugin_leaves_nothing_for_ray(tmp_path):
         ''')
     with pytest.raises(UserError, match=r"RuntimeError: broken after registering \(line \d+\)$"):
         load_plugins([path])
-    assert "plug_half" not in plugins._UNSHIPPED
+    assert "plug_half" not in env_registry._UNSHIPPED
     plugins.ship_to_ray()
     assert not _global_registry.contains(ENV_CREATOR, "plug_half")
 
@@ -357,6 +357,21 @@ def test_an_unknown_name_suggests_the_closest():
     with pytest.raises(UserError, match="unknown environment 'custm_env'; did you mean 'custom_env'"):
         ENVS.get("custm_env")
     assert {"custom_env", "CartPole-v1"} <= set(plugins.env_names())
+
+
+def test_pickles_naming_the_env_classes_old_home_in_plugins_still_load(monkeypatch):
+    # Before tune_runner.env_registry, Ray pickled an env's creator as tune_runner.plugins._RayCreator and an
+    # env's factory pickled as tune_runner.plugins.registered_env; a search saved then must still resume.
+    creator = env_registry._RayCreator("custom_env", ("tune_runner.envs.custom_env", "CustomEnv"))
+    for thing in (env_registry._RayCreator, env_registry.registered_env):
+        monkeypatch.setattr(thing, "__module__", "tune_runner.plugins")
+    old = pickle.dumps(creator), pickle.dumps(ENVS.get("custom_env"))
+    monkeypatch.undo()
+    assert all(b"tune_runner.plugins" in data and b"env_registry" not in data for data in old)
+    loaded_creator, loaded_factory = map(pickle.loads, old)
+    assert isinstance(loaded_creator, env_registry._RayCreator) and loaded_creator.origin == creator.origin
+    assert loaded_factory is ENVS.get("custom_env")
+    assert plugins.EnvFactory is env_registry.EnvFactory
 
 
 # ---- load_plugins ----------------------------------------------------------------------------------

@@ -59,50 +59,55 @@ def applied_from_result(result: Mapping[str, Any]) -> dict[str, float]:
     return {k[len(PREFIX_APPLIED):]: v for k, v in result.items() if k.startswith(PREFIX_APPLIED)}
 
 
+class _Audit:
+    """Counts exploits (a trial's config changing under it) and audits every result.
+
+    Tune hands a result to the scheduler before the callbacks, so when PBT exploits on
+    result N, the trial's config has already changed by the time this callback sees N.
+    Result N was produced with the config seen at result N-1 (or at the trial's start);
+    that is what it is audited against. `make_callback` makes it a Tune callback.
+    """
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.configs: dict[str, dict] = {}
+        self.exploits = 0
+        self.audited = 0
+        self.failures: list[str] = []
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.configs.setdefault(trial.trial_id, dict(trial.config))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        produced_with = self.configs.get(trial.trial_id, dict(trial.config))
+        now = dict(trial.config)
+        if {k: v for k, v in now.items() if is_number(v)} != \
+                {k: v for k, v in produced_with.items() if is_number(v)}:
+            self.exploits += 1
+        self.configs[trial.trial_id] = now
+        applied = applied_from_result(result)
+        if not applied:
+            return
+        self.audited += 1
+        problems = mismatches(produced_with, applied)
+        if problems:
+            line = f"{trial.trial_id}: PBT audit failed: {'; '.join(problems)}"
+            self.failures.append(line)
+            print(f"  AUDIT  {line}", file=self.out, flush=True)
+
+    def summary(self) -> str:
+        verdict = f"{len(self.failures)} mismatch(es)" if self.failures else "every applied value matched"
+        return f"{self.exploits} exploit(s); audit of {self.audited} results: {verdict}"
+
+
 def make_callback(out: Any) -> Any:
     """A Tune callback that checks every result against the trial's config as Tune holds it."""
     from ray.tune import Callback
 
-    class PBTAudit(Callback):
-        """Counts exploits (a trial's config changing under it) and audits every result.
+    class PBTAudit(_Audit, Callback):
+        """The audit as a Tune callback: made here, so that importing this module imports no Ray."""
 
-        Tune hands a result to the scheduler before the callbacks, so when PBT exploits on
-        result N, the trial's config has already changed by the time this callback sees N.
-        Result N was produced with the config seen at result N-1 (or at the trial's start);
-        that is what it is audited against.
-        """
-
-        def __init__(self) -> None:
-            self.configs: dict[str, dict] = {}
-            self.exploits = 0
-            self.audited = 0
-            self.failures: list[str] = []
-
-        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self.configs.setdefault(trial.trial_id, dict(trial.config))
-
-        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            produced_with = self.configs.get(trial.trial_id, dict(trial.config))
-            now = dict(trial.config)
-            if {k: v for k, v in now.items() if is_number(v)} != \
-                    {k: v for k, v in produced_with.items() if is_number(v)}:
-                self.exploits += 1
-            self.configs[trial.trial_id] = now
-            applied = applied_from_result(result)
-            if not applied:
-                return
-            self.audited += 1
-            problems = mismatches(produced_with, applied)
-            if problems:
-                line = f"{trial.trial_id}: PBT audit failed: {'; '.join(problems)}"
-                self.failures.append(line)
-                print(f"  AUDIT  {line}", file=out, flush=True)
-
-        def summary(self) -> str:
-            verdict = f"{len(self.failures)} mismatch(es)" if self.failures else "every applied value matched"
-            return f"{self.exploits} exploit(s); audit of {self.audited} results: {verdict}"
-
-    return PBTAudit()
+    return PBTAudit(out)
 
 
 # Losses and statistics that must stay finite, besides any `loss` / `*_loss` key (a user agent's);

@@ -24,7 +24,6 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
     for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
     (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
-    from tune_runner.results.analysis import last_checkpoint
     from tune_runner.trainables.catalog import backend
     from tune_runner.trainables.trial import env_config_of
 
@@ -33,11 +32,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     env_config = env_config_of({"env_config": spec.env_config, **best.config})
     result = {k: best.last_result[k] for k in (spec.metric, "env_steps", "training_iteration")
               if k in best.last_result}
-    seeds = {"search": config.get("seed", 0)}
-    evaluation: dict[str, Any] = {"protocol": f"single run: {spec.metric} at the end of the trial ({best.scope})"}
-    if verdict is not None:
-        seeds["reevaluation"] = list(verdict.winner.seeds)
-        evaluation = _evaluation(spec, verdict)
+    seeds, evaluation = _judged(spec, best, seed=config.get("seed", 0), verdict=verdict)
     return Bundle(
         tune_rl_format=FORMAT,
         description=f"best trial of {experiment} ({spec.name})",
@@ -55,10 +50,27 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         result=_plain({**result, "score": best.value, "scope": best.scope}),
         source={"experiment": experiment, "trial_id": best.trial_id, "space": spec.name,
                 "space_file": spec.source, "space_sha256": spec.source_sha256, **(origin or {})},
-        checkpoint=str(checkpoint.resolve()) if best.trial_path and (checkpoint := last_checkpoint(
-            best.trial_path)) else None,
+        checkpoint=_checkpoint(best),
         versions=versions(),
     )
+
+
+def _judged(spec: ExperimentSpec, best: Best, *, seed: Any, verdict: Any) -> tuple[dict, dict[str, Any]]:
+    """(seeds, evaluation): the search's seed and a single run's protocol, or the re-evaluation's."""
+    seeds = {"search": seed}
+    evaluation: dict[str, Any] = {"protocol": f"single run: {spec.metric} at the end of the trial ({best.scope})"}
+    if verdict is not None:
+        seeds["reevaluation"] = list(verdict.winner.seeds)
+        evaluation = _evaluation(spec, verdict)
+    return seeds, evaluation
+
+
+def _checkpoint(best: Best) -> str | None:
+    """The trial's newest checkpoint, for `tune-rl evaluate`; None for a best read from MLflow (no trial folder)."""
+    from tune_runner.results.analysis import last_checkpoint
+
+    checkpoint = last_checkpoint(best.trial_path) if best.trial_path else None
+    return str(checkpoint.resolve()) if checkpoint else None
 
 
 def _evaluation(spec: ExperimentSpec, verdict: Any) -> dict[str, Any]:

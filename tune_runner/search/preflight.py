@@ -40,7 +40,7 @@ def unknown_env(name: str) -> str | None:
     """None for a gymnasium id or an env registered with Ray Tune; else the did-you-mean text."""
     import gymnasium
 
-    from tune_runner.plugins import ray_env_creator
+    from tune_runner.env_registry import ray_env_creator
 
     if name in gymnasium.envs.registry or ray_env_creator(name) is not None:
         return None

@@ -148,13 +148,37 @@ def build_scheduler(component: Component, *, budget: int, where: str, space: tup
     """
     kind, scheduler, settings = scheduler_type(component, where=where)
     cls = scheduler.load()
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
-    if scheduler.pauses:
-        accepted.append("min_t")
     time_attr = settings.get("time_attr", "env_steps")
     if kind != "fifo" and time_attr not in time_attrs:
         raise UserError(f"{where}: scheduler.time_attr: the trainable does not report {time_attr!r}; "
                         f"use one of {', '.join(time_attrs)}")
+    kwargs = _checked_settings(kind, settings, scheduler=scheduler, cls=cls, budget=budget, time_attr=time_attr,
+                               where=where)
+    if scheduler.population:
+        if settings.get("synch"):
+            raise UserError(f"{where}: scheduler.synch: {kind}'s synchronous mode makes every trial wait at each "
+                            f"interval, and a trial that ends at its budget or stop_at never arrives (the search "
+                            f"hangs); remove synch")
+        kwargs.update(population_settings(kind, settings, space=space, where=where, seed=seed))
+    if scheduler.pauses:
+        unit = kwargs.pop("min_t", 1)
+        kwargs["max_t"] = max(1, round(kwargs.get("max_t", 81) / unit))
+        cls = in_units(cls, source=kwargs.pop("time_attr"), unit=unit)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
+        shown = {k: v for k, v in settings.items() if k not in DERIVED}
+        raise UserError(f"{where}: scheduler: {kind} rejects its settings {shown}: "
+                        f"{str(exc).strip().splitlines()[0]}") from None
+
+
+def _checked_settings(kind: str, settings: dict, *, scheduler: SchedulerType, cls: type, budget: int,
+                      time_attr: str, where: str) -> dict:
+    """The scheduler's keyword arguments: its defaults, then each setting the user gave, checked by name
+    against the constructor and time settings turned into env steps (a share of the budget)."""
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
+    if scheduler.pauses:
+        accepted.append("min_t")
     kwargs = {**scheduler.defaults(budget)}
     if "time_attr" in accepted:
         kwargs["time_attr"] = time_attr
@@ -176,22 +200,7 @@ def build_scheduler(component: Component, *, budget: int, where: str, space: tup
         for key in TIME_SETTINGS:
             if key in kwargs and key not in settings:
                 del kwargs[key]
-    if scheduler.population:
-        if settings.get("synch"):
-            raise UserError(f"{where}: scheduler.synch: {kind}'s synchronous mode makes every trial wait at each "
-                            f"interval, and a trial that ends at its budget or stop_at never arrives (the search "
-                            f"hangs); remove synch")
-        kwargs.update(population_settings(kind, settings, space=space, where=where, seed=seed))
-    if scheduler.pauses:
-        unit = kwargs.pop("min_t", 1)
-        kwargs["max_t"] = max(1, round(kwargs.get("max_t", 81) / unit))
-        cls = in_units(cls, source=kwargs.pop("time_attr"), unit=unit)
-    try:
-        return cls(**kwargs)
-    except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
-        shown = {k: v for k, v in settings.items() if k not in DERIVED}
-        raise UserError(f"{where}: scheduler: {kind} rejects its settings {shown}: "
-                        f"{str(exc).strip().splitlines()[0]}") from None
+    return kwargs
 
 
 def in_units(cls: type, *, source: str, unit: float) -> type:
@@ -235,6 +244,30 @@ def population_settings(kind: str, settings: dict, *, space: tuple[Param, ...], 
     """
     searched = {p.name: p for p in space}
     key = "hyperparam_mutations" if kind == "pbt" else "hyperparam_bounds"
+    overrides = _overrides(kind, settings, key=key, searched=searched, where=where)
+    params: dict[str, Param] = {}
+    for name, param in searched.items():
+        override = overrides.get(name, param)
+        if override is False or override is None:
+            continue
+        if override is not param:
+            override = _overridden(param, override, kind=kind, where=f"{where}: scheduler.{key}.{name}")
+        params[name] = override
+        if kind == "pb2" and override.dist not in NUMERIC_DISTS:
+            raise UserError(f"{where}: space.{name}: pb2 needs bounds, and a {override.dist} has none; give "
+                            f"scheduler.hyperparam_bounds.{name}: [low, high], or use the pbt scheduler")
+    if not params:
+        raise UserError(f"{where}: scheduler: {kind} has nothing to mutate; search at least one "
+                        f"hyperparameter in space:")
+    explore = Explore(params, seed=seed)
+    if kind == "pbt":
+        mutations = {n: p.to_tune() for n, p in params.items() if p.dist in NUMERIC_DISTS}
+        return {"hyperparam_mutations": mutations, "custom_explore_fn": explore}
+    return {"hyperparam_bounds": {n: list(p.args[:2]) for n, p in params.items()}, "custom_explore_fn": explore}
+
+
+def _overrides(kind: str, settings: dict, *, key: str, searched: dict[str, Param], where: str) -> dict:
+    """The scheduler's per-parameter overrides (`key`), each naming a searched parameter."""
     overrides = settings.get(key) or {}
     if not isinstance(overrides, dict):
         raise UserError(f"{where}: scheduler.{key}: expected a mapping of parameter: "
@@ -244,31 +277,18 @@ def population_settings(kind: str, settings: dict, *, space: tuple[Param, ...], 
             near = closest(name, list(searched))
             hint = f"did you mean {near!r}?" if near else "mutate only searched parameters (add it to space:)"
             raise UserError(f"{where}: scheduler.{key}.{name}: not in the space; {hint}")
-    params: dict[str, Param] = {}
-    for name, param in searched.items():
-        override = overrides.get(name, param)
-        if override is False or override is None:
-            continue
-        if override is not param:
-            if kind == "pb2":
-                if not (isinstance(override, list) and len(override) == 2):
-                    raise UserError(f"{where}: scheduler.{key}.{name}: expected [low, high], got {override!r}")
-                # the space's kind of range (whole numbers stay whole), with these bounds
-                dist = param.dist if param.dist in NUMERIC_DISTS else "uniform"
-                override = {dist: [*override, *param.args[2:]] if dist == "quniform" else override}
-            override = parse_param(name, override, where=f"{where}: scheduler.{key}.{name}")
-        if kind == "pb2" and override.dist not in NUMERIC_DISTS:
-            raise UserError(f"{where}: space.{name}: pb2 needs bounds, and a {override.dist} has none; give "
-                            f"scheduler.hyperparam_bounds.{name}: [low, high], or use the pbt scheduler")
-        params[name] = override
-    if not params:
-        raise UserError(f"{where}: scheduler: {kind} has nothing to mutate; search at least one "
-                        f"hyperparameter in space:")
-    explore = Explore(params, seed=seed)
-    if kind == "pbt":
-        mutations = {n: p.to_tune() for n, p in params.items() if p.dist in NUMERIC_DISTS}
-        return {"hyperparam_mutations": mutations, "custom_explore_fn": explore}
-    return {"hyperparam_bounds": {n: list(p.args[:2]) for n, p in params.items()}, "custom_explore_fn": explore}
+    return overrides
+
+
+def _overridden(param: Param, override: Any, *, kind: str, where: str) -> Param:
+    """The distribution an override gives `param`: PBT's its own, PB2's [low, high] in the space's kind of range."""
+    if kind == "pb2":
+        if not (isinstance(override, list) and len(override) == 2):
+            raise UserError(f"{where}: expected [low, high], got {override!r}")
+        # the space's kind of range (whole numbers stay whole), with these bounds
+        dist = param.dist if param.dist in NUMERIC_DISTS else "uniform"
+        override = {dist: [*override, *param.args[2:]] if dist == "quniform" else override}
+    return parse_param(param.name, override, where=where)
 
 
 class Explore:

@@ -236,15 +236,7 @@ def apply_override(raw: dict, item: str) -> None:
 def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> ExperimentSpec:
     """Validate a parsed space mapping into an ExperimentSpec."""
     where = source
-    for key in raw:
-        if key not in TOP_KEYS:
-            near = closest(key, TOP_KEYS)
-            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(TOP_KEYS)}"
-            raise UserError(f"{where}: {key}: unknown key; {hint}")
-    for key in REQUIRED:
-        if key not in raw:
-            raise UserError(f"{where}: {key}: missing; every space file names its "
-                            f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
+    _check_top_keys(raw, where=where)
     mode = _typed(raw, "mode", str, where, default="max")
     if mode not in ("max", "min"):
         raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
@@ -274,6 +266,19 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
         plugins=_plugin_paths(raw.get("plugins", []), where),
     )
+
+
+def _check_top_keys(raw: dict, *, where: str) -> None:
+    """Every top-level key known (an unknown one gets the closest), every required one there."""
+    for key in raw:
+        if key not in TOP_KEYS:
+            near = closest(key, TOP_KEYS)
+            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(TOP_KEYS)}"
+            raise UserError(f"{where}: {key}: unknown key; {hint}")
+    for key in REQUIRED:
+        if key not in raw:
+            raise UserError(f"{where}: {key}: missing; every space file names its "
+                            f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
 
 
 def _plugin_paths(value: Any, where: str) -> tuple[str, ...]:

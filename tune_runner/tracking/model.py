@@ -35,6 +35,28 @@ NOT_LOGGED = Logged(None, "not logged (no best trial)")
 def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, best: Any,
                register_as: str | None = None) -> Logged:
     """Log the best trial's policy as a model of run `run_id` (and register it as `register_as`)."""
+    refused = _not_ours(trainable, best)
+    if refused is not None:
+        return refused
+    checkpoint = last_checkpoint(best.trial_path)
+    if checkpoint is None:
+        return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
+        data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
+        # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
+        logged = mlflow_uri.client(uri).create_logged_model(
+            experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
+            params=mlflow_uri.flat_params({k: v for k, v in best.config.items() if k not in ("env_config",)}),
+            tags={"tune_rl.trial_id": best.trial_id, "tune_rl.checkpoint": checkpoint.name})
+        info = _log_model(uri=uri, run_id=run_id, model_id=logged.model_id, data=data, register_as=register_as)
+    version = str(info.registered_model_version) if register_as and info.registered_model_version else None
+    shown = f"models:/{register_as}/{version}" if version else f"models:/{logged.model_id}"
+    return Logged(shown, f"{shown}  (from {checkpoint.name} of {best.trial_id})", version)
+
+
+def _not_ours(trainable: str, best: Any) -> Logged | None:
+    """Why the best trial's policy is not one we log (not our ppo or dqn, or not our mlp); None when it is."""
     from tune_runner.trainables.catalog import backend
 
     record = backend(trainable)
@@ -45,34 +67,25 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
     if best.config.get("model", "mlp") != "mlp":
         return Logged(None, f"not logged (the model is a registered {best.config['model']!r}, the logged "
                             f"policy is our mlp; use tune-rl evaluate or load_policy on the checkpoint)")
-    checkpoint = last_checkpoint(best.trial_path)
-    if checkpoint is None:
-        return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
+    return None
+
+
+def _log_model(*, uri: str, run_id: str, model_id: str, data: Path, register_as: str | None) -> Any:
+    """Model.log of the saved policy `data` into logged model `model_id` (and the registry): its ModelInfo."""
     import mlflow
     from mlflow.models import Model
 
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
-        data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
-        # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
-        logged = mlflow_uri.client(uri).create_logged_model(
-            experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
-            params=mlflow_uri.flat_params({k: v for k, v in best.config.items() if k not in ("env_config",)}),
-            tags={"tune_rl.trial_id": best.trial_id, "tune_rl.checkpoint": checkpoint.name})
-        previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
-        mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
-        try:
-            with contextlib.redirect_stderr(chatter):  # "Successfully registered model": our summary says so
-                info = Model.log(artifact_path=None, name=model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
-                                 model_id=logged.model_id, loader_module="tune_rl_policy", data_path=str(data),
-                                 code_paths=[tune_rl_policy.__file__], pip_requirements=model.requirements(),
-                                 signature=model.signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
-                                 registered_model_name=register_as, await_registration_for=0)
-        finally:
-            mlflow.set_tracking_uri(previous)
-            rest = [line for line in chatter.getvalue().splitlines(keepends=True)
-                    if not line.startswith("Successfully registered model")]
-            sys.stderr.write("".join(rest))
-    version = str(info.registered_model_version) if register_as and info.registered_model_version else None
-    shown = f"models:/{register_as}/{version}" if version else f"models:/{logged.model_id}"
-    return Logged(shown, f"{shown}  (from {checkpoint.name} of {best.trial_id})", version)
+    previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
+    mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
+    try:
+        with contextlib.redirect_stderr(chatter):  # "Successfully registered model": our summary says so
+            return Model.log(artifact_path=None, name=model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
+                             model_id=model_id, loader_module="tune_rl_policy", data_path=str(data),
+                             code_paths=[tune_rl_policy.__file__], pip_requirements=model.requirements(),
+                             signature=model.signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
+                             registered_model_name=register_as, await_registration_for=0)
+    finally:
+        mlflow.set_tracking_uri(previous)
+        rest = [line for line in chatter.getvalue().splitlines(keepends=True)
+                if not line.startswith("Successfully registered model")]
+        sys.stderr.write("".join(rest))
