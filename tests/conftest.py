@@ -15,6 +15,14 @@ from tune_runner.cli.main import main
 HERE = Path(__file__).parent
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The unit tests first, then the e2e ones, each in file order: the suite's one Ray starts with the first e2e
+    test that needs it and stays up, and a unit test must see what a user's process sees before any Ray (an
+    e2e file that sorts early, tests/test_api_e2e.py, put Ray under test_audit.py's unit tests). It also gives
+    the fast verdict first."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Never write to the real ~/.tune-rl from a test."""
