@@ -187,3 +187,33 @@ def test_redacted_hides_passwords_in_uris():
     assert redacted(f"postgresql://db/mlflow?sslmode=require&password={MARKER}") == \
         "postgresql://db/mlflow?sslmode=require&password=***"  # libpq takes it in the query string too
     assert redacted(f"https://host/?access_token={MARKER}") == "https://host/?access_token=***"
+
+
+def test_a_store_left_with_a_hot_journal_by_a_killed_writer_is_accepted_and_recovered(tmp_path):
+    """kill -9 of a search mid-write leaves mlflow.db-journal: `resume` and `best` must still take the store
+    (read-only, SQLite cannot roll the journal back and called it 'attempt to write a readonly database')."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    from contextlib import closing
+
+    from tune_runner.mlflow_uri import check_uri, read_sqlite
+
+    path = tmp_path / "mlflow.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE runs (value)")
+        db.executemany("INSERT INTO runs VALUES (?)", [(i,) for i in range(50_000)])
+        db.commit()
+    writer = ("import sqlite3, sys, time\ndb = sqlite3.connect(sys.argv[1])\ndb.execute('PRAGMA cache_size=2')\n"
+              "db.execute('UPDATE runs SET value = value + 1')\nprint('mid-transaction', flush=True)\ntime.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "mid-transaction"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    journal = path.with_name("mlflow.db-journal")
+    assert journal.stat().st_size > 0  # the spilled pages' originals: a hot journal
+    check_uri(f"sqlite:///{path}")
+    with closing(read_sqlite(path)) as db:
+        assert db.execute("SELECT SUM(value) FROM runs").fetchone()[0] == sum(range(50_000))  # rolled back
+    assert not journal.exists()

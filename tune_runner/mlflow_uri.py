@@ -60,6 +60,25 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path).expanduser() if path and path != ":memory:" else None
 
 
+def read_sqlite(path: Path) -> Any:
+    """An SQLite connection for reading `path` (use it in `closing`), read-only where it can be. A writer killed
+    mid-transaction (kill -9 of a search) leaves a hot journal that only a writer may roll back: read-only,
+    SQLite then answers "attempt to write a readonly database". Such a file is opened read-write (never
+    created), which rolls it back as MLflow's own first connection would."""
+    import sqlite3
+
+    where = path.resolve().as_uri()
+    database = sqlite3.connect(f"{where}?mode=ro", uri=True)
+    try:
+        database.execute("PRAGMA schema_version")
+        return database
+    except sqlite3.OperationalError as exc:
+        database.close()
+        if "readonly" not in str(exc):
+            raise
+    return sqlite3.connect(f"{where}?mode=rw", uri=True)
+
+
 def create_store_folder(uri: str) -> None:
     """Make the folder of a SQLite store: MLflow creates the database file, not its folder."""
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
@@ -91,7 +110,7 @@ def _check_sqlite(uri: str) -> None:
     try:
         with open(path, "r+b"):
             pass
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as database:
+        with closing(read_sqlite(path)) as database:
             database.execute("PRAGMA schema_version")
     except OSError as exc:
         raise UserError(f"--mlflow-uri {shown}: cannot write {path} ({exc.strerror}); choose a file you "

@@ -110,7 +110,7 @@ def _check_sqlite_store(uri: str, shown: str) -> None:
         raise UserError(f"--mlflow-uri {shown}: no such file; give the store the search logged to (its "
                         f"tune_rl_run.yaml names it; the default is sqlite:///$TUNE_RL_HOME/mlflow.db)")
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as database:
+        with closing(mlflow_uri.read_sqlite(path)) as database:
             tables = {row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
         raise UserError(f"--mlflow-uri {shown}: {path} is not an SQLite database ({exc}); give the store the "

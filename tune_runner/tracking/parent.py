@@ -151,7 +151,7 @@ def local_parent(uri: str, experiment: str, exp_path: Path, *, search_id: str | 
         return None
     key, value = ("tune_rl.search_id", search_id) if search_id else ("tune_rl.experiment_path", str(exp_path))
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        with contextlib.closing(mlflow_uri.read_sqlite(path)) as db:
             row = db.execute(PARENT_QUERY, (key, value, experiment)).fetchone()
     except sqlite3.Error:
         return None
