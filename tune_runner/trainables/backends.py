@@ -55,6 +55,7 @@ class Backend:
     reports: tuple[str, ...]  # result keys besides Tune's own (training_iteration, time_total_s, ...)
     trains: Trains | None
     can_checkpoint: bool  # saves and restores its state (PBT's exploit, pausing schedulers and resume need it)
+    seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seeds)
 
     @property
     def time_attrs(self) -> tuple[str, ...]:
@@ -155,7 +156,7 @@ class AgentBackend(OwnBackend):
         agent = AGENTS.get(name)
         return cls(name=name, reports=tuple(getattr(agent, "reports", USER_REPORTS)),
                    trains=Trains(getattr(agent, "action_spaces", None), getattr(agent, "observation_spaces", None)),
-                   can_checkpoint=agents.checkpoints(name))
+                   can_checkpoint=agents.checkpoints(name), seeds=getattr(agent, "seeds_per_trial", False) is True)
 
     def setting_names(self) -> list[str]:
         """Its add_args options; an agent taking our learner constructor has a config dataclass like ours."""
