@@ -113,7 +113,8 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate, "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
+            "seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate,
+            "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
             "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
                       for p in self.space},
         }
