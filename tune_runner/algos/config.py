@@ -23,6 +23,7 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
+SEED_AGGREGATES = ("iqm", "mean", "min", "median")  # how K seeds' metrics become one (tune_runner.algos.seeds)
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
