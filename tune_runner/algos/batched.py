@@ -10,7 +10,9 @@ inputs, its gradient only on its own loss.
 - `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
   step counts and learning rates, and seeds that sit a step out.
 - `SeedEnvs`: K seeds' vector envs stepped as one.
-- `minibatch_plan`: K seeds' ragged minibatch sequences as one sequence of padded steps.
+
+Per-seed bookkeeping without torch (seed derivation, episode windows, metrics, minibatch plans) is in
+tune_runner.algos.seeds.
 
 Every module takes inputs shaped [K, batch, ...] and gives outputs [K, batch, ...]; parameters carry
 the seed as their first axis. With K = 1 each does what the one-seed code did, op for op where it
@@ -23,14 +25,14 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tune_runner.algos.common import Step, VecEnv, to_tensor
+from tune_runner.algos.common import Step, VecEnv
 
 # SeedAdam's parameters are strided views of one [K, P] buffer, and their gradients views with the same
 # strides, so backward accumulates in place as intended; torch warns about any parameter with gaps.
@@ -309,43 +311,16 @@ class SeedEnvs:
             env.close()
 
 
-class Minibatch(NamedTuple):
-    """One gradient step of K seeds: the rows each seed trains on, padded to one width."""
-
-    index: torch.Tensor
-    """[K, width] rows of the data (seed-major); a padded place repeats one of the seed's own rows."""
-    mask: torch.Tensor | None
-    """[K, width] 1.0 on real rows, 0.0 on padding; None when no seed is padded (the plain mean applies)."""
-    active: np.ndarray
-    """[K] bool: the seed has a minibatch at this step (the others must not take an optimizer step)."""
+def seed_weights(net: BatchedMLP | StackedModule) -> dict[str, np.ndarray]:
+    """A batched network's weights as numpy arrays: one seed's state dict, or with K > 1 each array stacked
+    with the seed as its first axis."""
+    states = [net.seed_state(i) for i in range(net.num_seeds)]
+    if net.num_seeds == 1:
+        return {key: value.numpy() for key, value in states[0].items()}
+    return {key: np.stack([state[key].numpy() for state in states]) for key in states[0]}
 
 
-def minibatch_plan(counts: Sequence[int], *, num_epochs: int, minibatch_size: int,
-                   rngs: Sequence[np.random.Generator], device: torch.device) -> list[Minibatch]:
-    """K seeds' minibatches over their own rows, as one sequence of steps.
-
-    Seed i owns rows offset_i .. offset_i + counts[i] - 1 of the data. As a one-seed learner does, it
-    draws a permutation of its rows per epoch from its own generator (none when it has no rows) and
-    cuts it into pieces of `minibatch_size` (the last one shorter). Step u holds each seed's u-th
-    piece, so seed i's sequence of minibatches is exactly the one it has alone, whatever the others'.
-    """
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    pieces: list[list[np.ndarray]] = []
-    for count, offset, rng in zip(counts, offsets, rngs, strict=True):
-        own = []
-        for _ in range(num_epochs if count else 0):
-            order = rng.permutation(int(count)) + offset
-            own.extend(order[start:start + minibatch_size] for start in range(0, int(count), minibatch_size))
-        pieces.append(own)
-    plan = []
-    for u in range(max(map(len, pieces))):
-        parts = [own[u] if u < len(own) else offsets[i:i + 1][:0] for i, own in enumerate(pieces)]
-        sizes = np.array([len(p) for p in parts])
-        width = int(sizes.max())
-        index = np.empty((len(parts), width), dtype=np.int64)
-        for i, part in enumerate(parts):
-            index[i, :len(part)] = part
-            index[i, len(part):] = part[0] if len(part) else (offsets[i] if counts[i] else 0)
-        mask = None if (sizes == width).all() else to_tensor(np.arange(width) < sizes[:, None], device).float()
-        plan.append(Minibatch(to_tensor(index, device), mask, sizes > 0))
-    return plan
+def load_seed_weights(net: BatchedMLP | StackedModule, weights: Mapping[str, Any]) -> None:
+    """Load `seed_weights`' output into `net`."""
+    for i in range(net.num_seeds):
+        net.load_seed_state(i, weights if net.num_seeds == 1 else {key: value[i] for key, value in weights.items()})
