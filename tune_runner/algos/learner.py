@@ -94,13 +94,17 @@ class LearnerBase:
         """Count batches collected elsewhere (rollout workers') into this learner's env steps and
         episodes; them merged as one batch, with `env_steps` their sum."""
         for batch in batches:
-            self.env_steps += int(batch["env_steps"])
-            self.stats.add_finished(batch["episode_returns"], batch["episode_lens"])
+            self.count_batch(batch)
         merged = self.merge(batches)
         merged.update(env_steps=sum(int(b["env_steps"]) for b in batches),
                       episode_returns=np.concatenate([b["episode_returns"] for b in batches]),
                       episode_lens=np.concatenate([b["episode_lens"] for b in batches]))
         return merged
+
+    def count_batch(self, batch: Mapping[str, Any]) -> None:
+        """Count one batch collected elsewhere into the env steps and the episode window."""
+        self.env_steps += int(batch["env_steps"])
+        self.stats.add_finished(batch["episode_returns"], batch["episode_lens"])
 
     def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The learner's own data of several batches as one (counts and episodes are merged by absorb)."""
