@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-import statistics
-
 import pytest
 
 from tune_runner.errors import UserError
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import build_spec
-from tune_runner.spec.seeds import aggregate, per_seed, seed_key, with_aggregates
+from tune_runner.spec.seeds import per_seed, seed_key
 
 BASE = {"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 2000}}
 
@@ -19,29 +16,18 @@ def spec_of(**raw):
     return build_spec({**BASE, **raw}, name="s", source="s.yaml")
 
 
-def test_iqm_is_the_mean_after_dropping_a_quarter_at_each_end_by_hand():
-    values = [9.0, 1.0, 7.0, 3.0, 100.0, -50.0, 5.0, 4.0]  # sorted: -50 1 3 4 5 7 9 100; 8 // 4 = 2 dropped each end
-    assert aggregate(values, "iqm") == pytest.approx((3 + 4 + 5 + 7) / 4)
-    assert aggregate([3.0, 1.0, 2.0], "iqm") == pytest.approx(2.0)  # 3 // 4 = 0: the mean
-    assert aggregate([10.0, 0.0, 1.0, 2.0, 3.0], "iqm") == pytest.approx((1 + 2 + 3) / 3)  # one dropped at each end
-    assert aggregate(values, "mean") == pytest.approx(statistics.fmean(values))
-    assert aggregate(values, "median") == pytest.approx(statistics.median(values))
-    assert aggregate([4.0, 1.0, 3.0], "median") == 3.0
-    assert aggregate(values, "min") == -50.0
-    assert aggregate([math.nan, 2.0, math.inf, 4.0], "mean") == 3.0  # non-finite seeds do not count
-    assert math.isnan(aggregate([math.nan], "iqm"))
-    with pytest.raises(ValueError, match="seed_aggregate 'best'"):
-        aggregate([1.0], "best")
-
-
 def test_the_trial_result_gets_each_per_seed_metrics_aggregate_under_its_plain_name():
+    from tune_runner.algos.seeds import with_aggregates
+
     result = {seed_key(i, "episode_return_mean"): v for i, v in enumerate([10.0, 20.0, 30.0, 500.0])}
-    result |= {seed_key(i, "env_steps"): 4000 for i in range(4)} | {"env_steps": 4000, "sps": 9.0}
+    result |= {seed_key(i, "episodes"): n for i, n in enumerate([7, 5, 9, 8])} | {"sps": 9.0, "node_id": "n"}
     result[seed_key(0, "device")] = "cpu"  # not a number: no aggregate
     out = with_aggregates(result, "iqm")
-    assert out["episode_return_mean"] == pytest.approx(25.0)
+    assert out["episode_return_mean"] == pytest.approx(25.0)  # the middle two of four
     assert with_aggregates(result, "min")["episode_return_mean"] == 10.0
-    assert out["env_steps"] == 4000 and out["sps"] == 9.0 and "device" not in out
+    assert with_aggregates(result, "mean")["episode_return_mean"] == pytest.approx(140.0)
+    assert out["episodes"] == 5  # a counter: what every seed has at least
+    assert out["sps"] == 9.0 and "device" not in out
     assert per_seed(out, "episode_return_mean") == [10.0, 20.0, 30.0, 500.0]
     assert with_aggregates({"episode_return_mean": 3.0}, "iqm") == {"episode_return_mean": 3.0}  # one seed
 
@@ -84,6 +70,8 @@ def test_preflight_refuses_several_seeds_for_a_trainable_that_trains_one(forbid_
         with pytest.raises(UserError, match=f"seeds_per_trial: 4: {trainable} trains one seed per trial"):
             check_before_ray(spec_of(trainable=trainable, seeds_per_trial=4))
     check_before_ray(spec_of(trainable="dqn", seeds_per_trial=1))
+    with pytest.raises(UserError, match="fixed.num_seeds: set by the trial from the space's top-level seeds_per_trial"):
+        check_before_ray(spec_of(fixed={"num_seeds": 3}))  # the learner's field: the space says seeds_per_trial
 
 
 def test_a_user_agent_trains_several_seeds_only_when_it_says_so(forbid_ray, tmp_path, monkeypatch):

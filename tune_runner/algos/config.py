@@ -13,6 +13,7 @@ from numbers import Real
 from typing import Any, TypeVar
 
 from tune_runner.errors import unknown_name
+from tune_runner.spec.seeds import AGGREGATES
 
 Config = TypeVar("Config")
 MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
@@ -23,7 +24,7 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
-SEED_AGGREGATES = ("iqm", "mean", "min", "median")  # how K seeds' metrics become one (tune_runner.algos.seeds)
+SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from tune_runner.algos.config import SEED_AGGREGATES as AGGREGATES
 from tune_runner.errors import unknown_name
+from tune_runner.spec.seeds import PREFIX, seed_key
 
 SEED_STRIDE = 1_000_000
 COUNTERS = ("env_steps", "episodes")  # aggregated as the minimum over the seeds
@@ -79,7 +80,7 @@ def seed_metrics(per_seed: Sequence[Mapping[str, Any]], *, how: str = "iqm") -> 
         return dict(per_seed[0])
     out: dict[str, Any] = {}
     for i, result in enumerate(per_seed):
-        out.update({f"seed_{i}/{name}": value for name, value in result.items()})
+        out.update({seed_key(i, name): value for name, value in result.items()})
     names = dict.fromkeys(name for result in per_seed for name in result)
     for name in names:
         values = [result[name] for result in per_seed if name in result]
@@ -88,6 +89,25 @@ def seed_metrics(per_seed: Sequence[Mapping[str, Any]], *, how: str = "iqm") -> 
         else:
             out[name] = aggregate(values, how)
     return out
+
+
+def with_aggregates(result: Mapping[str, Any], how: str = "iqm") -> dict[str, Any]:
+    """A flat K-seed result (`seed_<i>/<name>` keys, a user agent's or ours) with every numeric name's
+    aggregate under the plain name, as `seed_metrics` computes it (the counters: the minimum); a result
+    without seed keys is returned as it is. The trial applies it to every result, so one rule holds."""
+    seeds: dict[int, dict[str, Any]] = {}
+    for key, value in result.items():
+        head, slash, name = key.partition("/")
+        if slash and head.startswith(PREFIX) and head[len(PREFIX):].isdigit() and _number(value):
+            seeds.setdefault(int(head[len(PREFIX):]), {})[name] = value
+    if len(seeds) < 2 or sorted(seeds) != list(range(len(seeds))):
+        return dict(result)
+    aggregates = seed_metrics([seeds[i] for i in range(len(seeds))], how=how)
+    return {**result, **{k: v for k, v in aggregates.items() if not k.startswith(PREFIX)}}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 class SeedStats:

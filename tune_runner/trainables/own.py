@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
+from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
+from tune_runner.spec.seeds import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.checkpoints import CHECKPOINT_FILE  # noqa: F401 - where tests and tools look for it
@@ -74,6 +76,10 @@ class OwnTrainable(tune.Trainable):
         result = computed(self.runners.train_iteration(self.learner) if self.runners is not None
                           else self.learner.train_iteration())
         check_finite(result)
+        if int(self.config.get(SEEDS_KEY, 1)) > 1:  # the aggregate is what schedulers and searchers judge
+            from tune_runner.algos.seeds import with_aggregates
+
+            result = with_aggregates(result, self.config.get(AGGREGATE_KEY, DEFAULT_AGGREGATE))
         if self.task_fn is not None:
             result.update(self._advance_curriculum(result))
         device = getattr(self.learner, "device", "cpu")
