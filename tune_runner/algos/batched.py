@@ -23,6 +23,7 @@ of a one-seed learner, so a K-seed checkpoint is K one-seed checkpoints.
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,7 +44,8 @@ class BatchedMLP(nn.Module):
     """K `nn.Sequential`s of Linear layers and stateless activations, as one module.
 
     The parameters are, in the order the sequentials list theirs, each Linear's weight [K, out, in]
-    and bias [K, out], so the optimizer's flat layout per seed is that of one sequential.
+    and bias [K, out], so the optimizer's flat layout per seed is that of one sequential. One seed's
+    have no seed axis: nn.Linear's shapes and op, without a select per parameter in every pass.
     """
 
     def __init__(self, nets: Sequence[nn.Sequential]) -> None:
@@ -56,13 +58,17 @@ class BatchedMLP(nn.Module):
             if isinstance(module, nn.Linear):
                 self.ops.append(len(params) // 2)
                 for name in ("weight", "bias"):
-                    params.append(nn.Parameter(torch.stack([getattr(net[index], name).detach() for net in nets])))
+                    tensors = [getattr(net[index], name).detach() for net in nets]
+                    params.append(nn.Parameter(torch.stack(tensors) if len(nets) > 1 else tensors[0].clone()))
                     self.keys.append(f"{index}.{name}")
             elif any(True for _ in module.parameters()):
                 raise ValueError(f"BatchedMLP takes Linear layers and parameter-free modules, got {module}")
             else:
                 self.ops.append(module)
         self.params = nn.ParameterList(params)
+        # (weight, bias) per layer in a plain list: ParameterList's indexing costs more than the layer at K = 1.
+        # The Parameter objects stay the same when SeedAdam re-homes their data, or .to() moves it.
+        self._layers = [(params[i], params[i + 1]) for i in range(0, len(params), 2)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[K, batch, in] -> [K, batch, out]."""
@@ -71,33 +77,38 @@ class BatchedMLP(nn.Module):
             x = x[0]
         for op in self.ops:
             if isinstance(op, int):
-                weight, bias = self.params[2 * op], self.params[2 * op + 1]
-                x = F.linear(x, weight[0], bias[0]) if single else torch.baddbmm(
-                    bias.unsqueeze(1), x, weight.transpose(1, 2))
+                weight, bias = self._layers[op]
+                x = F.linear(x, weight, bias) if single else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
             else:
                 x = op(x)
         return x.unsqueeze(0) if single else x
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
-        return {key: p[seed].detach().cpu().clone() for key, p in zip(self.keys, self.params, strict=True)}
+        return {key: seed_row(p, seed, self.num_seeds).detach().cpu().clone()
+                for key, p in zip(self.keys, self.params, strict=True)}
 
     def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
         """Write `seed_state`'s format into seed `seed`, in place (the optimizer's views stay)."""
-        load_into(dict(zip(self.keys, self.params, strict=True)), seed, state)
+        load_into(dict(zip(self.keys, self.params, strict=True)), seed, state, num_seeds=self.num_seeds)
 
 
-def load_into(tensors: Mapping[str, torch.Tensor], seed: int, state: Mapping[str, Any]) -> None:
-    """Copy `state` into row `seed` of each of `tensors` (same keys, same per-seed shapes)."""
+def seed_row(tensor: torch.Tensor, seed: int, num_seeds: int) -> torch.Tensor:
+    """Seed `seed`'s part of a batched tensor: row `seed`, or with one seed (no seed axis) the tensor itself."""
+    return tensor if num_seeds == 1 else tensor[seed]
+
+
+def load_into(tensors: Mapping[str, torch.Tensor], seed: int, state: Mapping[str, Any], *, num_seeds: int) -> None:
+    """Copy `state` into seed `seed`'s part of each of `tensors` (same keys, same per-seed shapes), in place."""
     if set(state) != set(tensors):
         raise ValueError(f"weights with keys {sorted(state)} do not fit a network with {sorted(tensors)}")
     with torch.no_grad():
-        for key, target in tensors.items():
+        for key, tensor in tensors.items():
             value = state[key] if isinstance(state[key], torch.Tensor) else torch.as_tensor(np.asarray(state[key]))
-            if value.shape != target[seed].shape:
-                raise ValueError(f"weights {key!r} of shape {tuple(value.shape)} do not fit "
-                                 f"{tuple(target[seed].shape)}")
-            target[seed].copy_(value)
+            target = seed_row(tensor, seed, num_seeds)
+            if value.shape != target.shape:
+                raise ValueError(f"weights {key!r} of shape {tuple(value.shape)} do not fit {tuple(target.shape)}")
+            target.copy_(value)
 
 
 class StackedModule(nn.Module):
@@ -156,7 +167,7 @@ class StackedModule(nn.Module):
             self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) if not isinstance(v, torch.Tensor) else v
                                          for k, v in state.items()})
         else:
-            load_into(self._tensors(), seed, state)
+            load_into(self._tensors(), seed, state, num_seeds=self.num_seeds)
 
 
 class SeedAdam:
@@ -202,26 +213,34 @@ class SeedAdam:
     @torch.no_grad()
     def step(self, active: np.ndarray | None = None) -> None:
         """One Adam step of the seeds where `active` (default: all) is True; the others stay untouched."""
-        rows = None if active is None or active.all() else np.flatnonzero(active)
-        if rows is not None and not len(rows):
+        if active is not None and not active.all():
+            rows = np.flatnonzero(active)
+            if len(rows):
+                self.steps[rows] += 1
+                self._step_rows(rows)
             return
-        which = slice(None) if rows is None else rows
-        self.steps[which] += 1
-        steps, lrs = self.steps[which], np.broadcast_to(np.asarray(self.lr, dtype=np.float64), self.steps.shape)[which]
-        beta1, beta2 = self.betas
-        if rows is None and (steps == steps[0]).all() and (lrs == lrs[0]).all():
-            # every seed alike (always so with one seed): FlatAdam's ops, with Python-float step sizes
-            step, lr = int(steps[0]), float(lrs[0])
-            self.exp_avg.lerp_(self.grad, 1 - beta1)
-            self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-            denom = (self.exp_avg_sq.sqrt() / np.sqrt(1 - beta2 ** step)).add_(self.eps)
-            self.flat.addcdiv_(self.exp_avg, denom, value=-lr / (1 - beta1 ** step))
+        self.steps += 1
+        lr = self.lr if isinstance(self.lr, (int, float)) else self._lrs()
+        alike_lr = isinstance(lr, (int, float)) or (lr == lr[0]).all()
+        if self.num_seeds > 1 and not (alike_lr and (self.steps == self.steps[0]).all()):
+            self._step_rows(None)
             return
-        self._step_rows(rows, steps=steps, lrs=lrs)
+        # every seed alike (always so with one seed): FlatAdam's ops, with Python-float step sizes
+        step, lr, (beta1, beta2) = int(self.steps[0]), float(np.ravel(lr)[0]), self.betas
+        self.exp_avg.lerp_(self.grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
+        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
+        self.flat.addcdiv_(self.exp_avg, denom, value=-lr / (1 - beta1 ** step))
 
-    def _step_rows(self, rows: np.ndarray | None, *, steps: np.ndarray, lrs: np.ndarray) -> None:
+    def _lrs(self) -> np.ndarray:
+        """Each seed's lr (`lr` is one float for all, or one per seed)."""
+        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), self.steps.shape)
+
+    def _step_rows(self, rows: np.ndarray | None) -> None:
         """The step of `rows` (None: all), each with its own step count and lr."""
         beta1, beta2 = self.betas
+        which = slice(None) if rows is None else rows
+        steps, lrs = self.steps[which], self._lrs()[which]
         index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
         grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
                                            for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))

@@ -290,7 +290,7 @@ class PPO(LearnerBase):
                                  rngs=[rngs.numpy for rngs in self.rngs]):
             index, mask = (None if a is None else to_tensor(a, self.device) for a in (mb.index, mb.mask))
             losses = self._update({key: value[index] for key, value in tensors.items()}, mask=mask, active=mb.active)
-            sums += losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
+            sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active
         return [dict(zip(LOSSES, (sums[i] / int(updates[i])).tolist(), strict=True)) if updates[i] else {}
                 for i in range(k)]
