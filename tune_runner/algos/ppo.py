@@ -308,10 +308,12 @@ class PPO(LearnerBase):
             entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
             vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
         self.optimizer.zero_grad()
-        losses["total_loss"].sum().backward()  # the seeds' losses share no parameter: each gets its own gradient
+        # The seeds share no parameter, so the gradient of the sum is each seed's own; ones, not .sum(), to add
+        # no node to the graph.
+        losses["total_loss"].backward(torch.ones_like(losses["total_loss"]))
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
-        self.optimizer.step(active)
+        self.optimizer.step(None if mask is None else active)  # no padding: every seed has a minibatch
         return torch.stack([losses[key] for key in LOSSES], dim=-1).detach().cpu()
 
     def apply_lr_schedule(self) -> list[float]:
