@@ -77,13 +77,13 @@ class BatchedMLP(nn.Module):
         return lambda x: torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[K, batch, in] -> [K, batch, out]."""
-        single = self.num_seeds == 1
-        if single:
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
+        with_axis = self.num_seeds > 1 or x.dim() == 3
+        if self.num_seeds == 1 and with_axis:
             x = x[0]
         for step in self._steps:
             x = step(x)
-        return x.unsqueeze(0) if single else x
+        return x.unsqueeze(0) if self.num_seeds == 1 and with_axis else x
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
@@ -143,9 +143,9 @@ class StackedModule(nn.Module):
             p.grad = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[K, batch, in] -> [K, batch, out]."""
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
         if self.num_seeds == 1:
-            return self.module(x[0]).unsqueeze(0)
+            return self.module(x[0]).unsqueeze(0) if x.dim() == 3 else self.module(x)
         skeleton = self._skeleton[0]
 
         def call(params: dict, buffers: dict, inputs: torch.Tensor) -> torch.Tensor:

@@ -271,7 +271,9 @@ class PPO(SeedLearnerBase):
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
                                  rngs=[rngs.numpy for rngs in self.rngs]):
-            index, mask = (None if a is None else to_tensor(a, self.device) for a in (mb.index, mb.mask))
+            # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
+            index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
+            mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
             losses = self._update({key: value[index] for key, value in tensors.items()}, mask=mask, active=mb.active)
             sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active
@@ -279,7 +281,8 @@ class PPO(SeedLearnerBase):
                 for i in range(k)]
 
     def _update(self, mb: dict[str, torch.Tensor], *, mask: torch.Tensor | None, active: np.ndarray) -> torch.Tensor:
-        """One gradient step of each active seed on its minibatch ([K, width, ...] tensors); the losses [K, 4]."""
+        """One gradient step of each active seed on its minibatch ([K, width, ...] tensors, or [width, ...] for one
+        seed); the losses [K, 4] (or [4])."""
         c = self.config
         logp_all = torch.log_softmax(masked_logits(self.pi(mb["obs"]), mb.get("mask")), dim=-1)
         # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
@@ -291,9 +294,8 @@ class PPO(SeedLearnerBase):
             entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
             vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
         self.optimizer.zero_grad()
-        # The seeds share no parameter, so the gradient of the sum is each seed's own; ones, not .sum(), to add
-        # no node to the graph.
-        losses["total_loss"].backward(torch.ones_like(losses["total_loss"]))
+        total = losses["total_loss"]  # [K], or a scalar without the seed axis
+        (total.sum() if total.dim() else total).backward()  # the seeds share no parameter: each its own gradient
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step(None if mask is None else active)  # no padding: every seed has a minibatch
