@@ -122,12 +122,17 @@ class SeedStats:
 
     def add_finished(self, returns: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> None:
         """Count episodes that finished elsewhere (a rollout worker's envs) into their seeds' windows."""
-        returns, lengths, seeds = np.asarray(returns, np.float64), np.asarray(lengths, np.int64), np.asarray(seeds)
-        for seed in (0,) if self.num_seeds == 1 else np.unique(seeds).tolist():
-            pick = slice(None) if self.num_seeds == 1 else seeds == seed
-            self.recent_returns[seed].extend(returns[pick].tolist())
-            self.recent_lengths[seed].extend(lengths[pick].tolist())
-            self.seed_episodes[seed] += len(returns[pick])
+        returns = np.asarray(returns, np.float64).tolist()
+        lengths = np.asarray(lengths, np.int64).tolist()
+        if self.num_seeds == 1:
+            self.recent_returns[0].extend(returns)
+            self.recent_lengths[0].extend(lengths)
+            self.seed_episodes[0] += len(returns)
+            return
+        for r, n, seed in zip(returns, lengths, np.asarray(seeds).tolist(), strict=True):  # a few per vector step
+            self.recent_returns[seed].append(r)
+            self.recent_lengths[seed].append(n)
+            self.seed_episodes[seed] += 1
 
     def _envs(self, seed: int) -> slice:
         return slice(seed * self.envs_per_seed, (seed + 1) * self.envs_per_seed)
