@@ -104,3 +104,16 @@ def test_a_user_agent_of_several_seeds_gets_the_aggregate_added_by_the_trial(mon
     assert result["episode_return_mean"] == pytest.approx(151.0)  # the middle two of 1, 101, 201, 301
     assert result["env_steps"] == 10
     trial.stop()
+
+
+def test_the_pbt_audit_sees_a_single_seed_left_on_a_stale_lr():
+    from tune_runner.audit import AuditError, audit_result
+
+    trial = OwnPPO(config=dict(CONFIG))
+    trial.train()
+    audited = audit_result(trial.config, trial.applied())
+    assert audited["applied/lr"] == audited["requested/lr"] == 1e-3
+    trial.learner.optimizer.lr = [1e-3, 2e-3, 1e-3]  # seed 1 still on a donor's lr
+    with pytest.raises(AuditError, match="lr"):
+        audit_result(trial.config, trial.applied())
+    trial.stop()

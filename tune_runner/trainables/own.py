@@ -110,7 +110,7 @@ class OwnTrainable(tune.Trainable):
                 continue
             if key == "lr":
                 if hasattr(self.learner, "optimizer"):  # a user's agent may keep its lr elsewhere
-                    out[key] = self.learner.optimizer.lr
+                    out[key] = _furthest(self.learner.optimizer.lr, self.config[key])
             else:
                 out[key] = getattr(getattr(self.learner, "config", None), ALIASES.get(key, key), None)
         return out
@@ -147,6 +147,17 @@ class OwnTrainable(tune.Trainable):
 
         runners = int(config.get("num_env_runners", 0) or 0)
         return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)
+
+
+def _furthest(applied: Any, requested: Any) -> Any:
+    """The applied value to audit: one seed's lr, or of several seeds' (a K-seed optimizer) the one furthest
+    from the requested value, so that a single seed training on a stale lr fails PBT's audit."""
+    if not isinstance(applied, (list, tuple)):
+        return applied
+    try:
+        return max(applied, key=lambda value: abs(float(value) - float(requested)))
+    except (TypeError, ValueError):  # a schedule: the audit compares numbers only
+        return applied[0]
 
 
 def own_trainable_class(name: str) -> type[tune.Trainable]:
