@@ -104,7 +104,10 @@ class ExperimentSpec:
         return space
 
     def as_dict(self) -> dict:
-        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results."""
+        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results; the seed settings only
+        where they differ from one seed (a one-seed search's saved spec is as it always was)."""
+        seeds = {"seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate} \
+            if self.seeds_per_trial > 1 else {}
         return {
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
             "description": self.description, "trainable": self.trainable, "env": self.env,
@@ -113,10 +116,10 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate,
             "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
             "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
                       for p in self.space},
+            **seeds,
         }
 
     def with_overrides(self, **changes: Any) -> ExperimentSpec:
