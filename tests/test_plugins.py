@@ -462,3 +462,26 @@ def test_a_bad_file_in_the_working_directorys_envs_names_the_file(tmp_path):
     (tmp_path / "envs" / "broken.py").write_text("x = 1\nraise KeyError('size')\n")
     with pytest.raises(UserError, match=r"^envs/broken.py: KeyError: 'size' \(line 2\)$"):
         load_plugins(cwd=tmp_path)
+
+
+def test_a_plugin_file_rewritten_within_the_same_second_runs_as_it_is_now(tmp_path):
+    """Python's import cache trusts a .pyc whose source has the same mtime and size: an edit made within the
+    same second as the last run (here: the same mtime, set back) would run the old code. We compile the text."""
+    import os
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "envs" / "mine.py"
+    plugin.parent.mkdir()
+    show = ("import sys; from tune_runner.plugins import load_plugins; load_plugins([sys.argv[1]]); "
+            "print(next(m.VALUE for n, m in sys.modules.items() if n.endswith(sys.argv[2])))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    seen = []
+    for value in ("1", "2"):
+        plugin.write_text(f"VALUE = {value}\n")
+        os.utime(plugin, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        run = subprocess.run([sys.executable, "-c", show, str(plugin), "_" + __import__("hashlib").sha1(
+            str(plugin.resolve()).encode()).hexdigest()[:8]], capture_output=True, text=True, env=env, check=True)
+        seen.append(run.stdout.strip())
+    assert seen == ["1", "2"]
+    assert not (plugin.parent / "__pycache__").exists()  # nothing written into the user's folder

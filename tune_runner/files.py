@@ -110,6 +110,14 @@ def read_text(path: Path, *, expected: str, fix: str = "", shown: str | None = N
     return _decode(data, "utf-8", name=path if shown is None else shown, expected=expected, fix=fix)
 
 
+def run_source(module: Any, path: Path, source: str) -> None:
+    """Run a user's Python file (a plug-in, a task function) as `module`, compiled from `source`, the text
+    read_source just read: never from a cached .pyc, which passes for current when the file was rewritten
+    within the same second at the same size (an edit, then a search, at once), and writing none into the
+    user's folder."""
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's own plug-in code
+
+
 def read_source(path: Path, *, shown: str | None = None, expected: str = "a Python plug-in file") -> str:
     """A Python file's text in the encoding its first two lines declare (PEP 263), else UTF-8."""
     import codecs

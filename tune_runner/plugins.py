@@ -175,13 +175,13 @@ def _load_file(file: Path, *, label: str, module_name: str, by_value: bool) -> M
     if module_name in sys.modules:
         return sys.modules[module_name]
     # Read here first: a folder named x.py, an unreadable file or one that is not UTF-8 is one line naming it.
-    files.read_source(file, shown=label)
+    source = files.read_source(file, shown=label)
     spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[module_name] = module
     with held_from_ray():  # a file that raises: the envs it registered are dropped too
         try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            files.run_source(module, file, source)
         except Exception as exc:
             del sys.modules[module_name]
             raise UserError(f"{label}: {one_line(exc)}{_line_in(exc, file)}") from exc

@@ -13,6 +13,7 @@ from numbers import Real
 from typing import Any, TypeVar
 
 from tune_runner.errors import unknown_name
+from tune_runner.spec.seeds import AGGREGATES
 
 Config = TypeVar("Config")
 MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
@@ -23,6 +24,7 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 ACTION_SPACES = ("Discrete",)
 OBSERVATION_SPACES = ("Box", MASKED)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
+SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
@@ -61,6 +63,15 @@ def check_positive(config: Any, *names: str) -> None:
         value = _number(config, name)
         if not value > 0:
             raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {name}={value!r}")
+
+
+def check_integer(config: Any, *names: str) -> None:
+    """ValueError naming the first of `names` that is not a whole number."""
+    for name in names:
+        value = _number(config, name)
+        if value != int(value):
+            raise ValueError(f"{type(config).__name__}.{name} must be a whole number, got {name}={value!r}")
+        object.__setattr__(config, name, int(value))
 
 
 def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
@@ -137,7 +148,11 @@ class PPOConfig:
     gym_env_vectorize_mode: str | None = None
     """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
     seed: int = 0
-    """Seeds the networks, the envs and every random draw of the learner."""
+    """Seeds the networks, the envs and every random draw of the learner (seed 0 of num_seeds)."""
+    num_seeds: int = 1
+    """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
+    seed_aggregate: str = "iqm"
+    """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
@@ -145,7 +160,11 @@ class PPOConfig:
         check_model(self.model, self.model_config)
         check_schedule(self, "lr")
         check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
-                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *self._optional())
+                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds",
+                       *self._optional())
+        check_integer(self, "num_seeds")
+        if self.seed_aggregate not in SEED_AGGREGATES:
+            raise ValueError(unknown_name("PPOConfig.seed_aggregate", self.seed_aggregate, SEED_AGGREGATES))
         check_unit(self, "gamma", allow_zero=False)
         check_unit(self, "lambda_")
         if self.minibatch_size > self.train_batch_size:

@@ -8,6 +8,14 @@ updates. The samples come from the learner's own envs (`collect`) or, in rollout
 
 Losses follow RLlib's new API stack: separate policy and value networks, advantages
 normalised over the whole batch, and `vf_clip_param` clipping the squared value error itself.
+
+**Seeds** (issue 16). With `num_seeds` = K, K independent seeds of the config train side by side
+(tune_runner.algos.seeds: which seeds, and how their metrics are reported): K x
+num_envs_per_env_runner envs, seed i owning the i-th block of columns of every [time, env] array;
+K networks evaluated as one batched model and K optimizer states in one buffer
+(tune_runner.algos.batched). Each seed draws from its own generators, normalises its own
+advantages and cuts its own minibatches, so seed i trains exactly as the one-seed learner with its
+seed does (to float rounding). With K = 1 this is the one-seed learner, op for op.
 """
 
 from __future__ import annotations
@@ -21,24 +29,24 @@ import numpy as np
 import torch
 from torch import nn
 
-from tune_runner.algos.common import (
-    EpisodeStats,
-    FlatAdam,
-    Rngs,
-    make_vec_env,
-    masked_logits,
-    mlp,
-    scheduled,
-    split_obs,
-    state_dict_copy,
-    to_tensor,
-)
+from tune_runner.algos import batched
+from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, mlp, scheduled, split_obs, to_tensor
 from tune_runner.algos.config import PPOConfig
-from tune_runner.algos.learner import LearnerBase, Sampler
+from tune_runner.algos.learner import Sampler, SeedLearnerBase
 from tune_runner.algos.networks import BUILT_IN, build_model
+from tune_runner.algos.seeds import (
+    SeedStats,
+    by_seed,
+    derived_seeds,
+    join_by_seed,
+    minibatch_plan,
+    seed_metrics,
+    standardized,
+)
 
 # Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
-NOT_TIME_MAJOR = ("last_obs", "env_steps", "episode_returns", "episode_lens")
+NOT_TIME_MAJOR = ("last_obs", "env_steps", "seed_env_steps", "episode_returns", "episode_lens", "episode_seeds")
+LOSSES = ("policy_loss", "vf_loss", "entropy", "kl")
 
 
 def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -63,24 +71,29 @@ def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarr
 
 def ppo_losses(*, new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
                value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float, vf_clip_param: float | None,
-               vf_loss_coeff: float, entropy_coeff: float) -> dict[str, torch.Tensor]:
-    """PPO's minibatch losses from per-sample tensors; each output is a scalar (batch mean).
+               vf_loss_coeff: float, entropy_coeff: float, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """PPO's minibatch losses from per-sample tensors: each output is a mean over the last axis, a
+    scalar for [batch] inputs and one value per seed for [K, batch]. With `mask` (1 on real samples, 0
+    on padding) each mean is over the real samples only.
 
     policy_loss: -mean(min(A * r, A * clip(r, 1 - clip_param, 1 + clip_param))), r = exp(new - old logp).
     vf_loss: mean((V - target)^2), each squared error first capped at `vf_clip_param` (RLlib's
     meaning) unless it is None. total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff
     * entropy. kl is the low-variance estimator of KL(old || new) (Schulman's k3): mean((r - 1) - log r).
     """
+    def mean(x: torch.Tensor) -> torch.Tensor:
+        return x.mean(-1) if mask is None else (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
-    policy_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param)).mean()
+    policy_loss = -mean(torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param)))
     vf_loss = (values - value_targets).pow(2)
     if vf_clip_param is not None:
         vf_loss = vf_loss.clamp(max=vf_clip_param)
-    vf_loss = vf_loss.mean()
-    entropy = entropy.mean()
+    vf_loss = mean(vf_loss)
+    entropy = mean(entropy)
     total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff * entropy
-    kl = ((ratio - 1) - log_ratio).mean()
+    kl = mean((ratio - 1) - log_ratio)
     return {"policy_loss": policy_loss, "vf_loss": vf_loss, "entropy": entropy, "kl": kl, "total_loss": total_loss}
 
 
@@ -94,6 +107,12 @@ def sample_actions(logits: torch.Tensor, *, generator: torch.Generator) -> torch
     return (logits.cpu() - gumbel).argmax(-1)
 
 
+def sample_seed_actions(logits: torch.Tensor, *, generators: list[torch.Generator]) -> torch.Tensor:
+    """`sample_actions` for K seeds' logits [K, n, actions]: seed i's noise from generators[i] alone."""
+    gumbel = batched.seed_uniform(logits.shape, generators).log_().neg_().log_()
+    return (logits.cpu() - gumbel).argmax(-1)
+
+
 def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     """Orthogonal init; a small policy head starts near uniform, which steadies the first updates."""
     linears = [m for m in net if isinstance(m, nn.Linear)]
@@ -103,51 +122,74 @@ def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     return net
 
 
-class PPO(LearnerBase):
-    """A PPO learner with its own vector env; no Ray inside."""
+class PPO(SeedLearnerBase):
+    """A PPO learner of `config.num_seeds` seeds with its own vector envs; no Ray inside."""
 
     config_class = PPOConfig
+    networks = ("pi", "vf")
 
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
-        self.env = make_vec_env(env_id, env_config=env_config, num_envs=config.num_envs_per_env_runner,
-                                seed=config.seed, vectorize_mode=config.gym_env_vectorize_mode)
-        self.rngs = Rngs(config.seed)
-        sizes = [self.env.obs_dim, *config.fcnet_hiddens]
-        with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
-            torch.manual_seed(config.seed)
-            if config.model == BUILT_IN:
-                self.pi = init_layers(mlp([*sizes, self.env.num_actions], config.fcnet_activation), out_gain=0.01)
-                self.vf = init_layers(mlp([*sizes, 1], config.fcnet_activation), out_gain=1.0)
-            else:
-                self.pi, self.vf = (build_model(config.model, num_inputs=self.env.obs_dim, num_outputs=n,
-                                                model_config=config.model_config) for n in (self.env.num_actions, 1))
-        self.pi.to(self.device)
-        self.vf.to(self.device)
-        self.optimizer = FlatAdam([*self.pi.parameters(), *self.vf.parameters()], lr=scheduled(config.lr, 0))
-        self.stats = EpisodeStats(self.env.num_envs, window=config.metrics_num_episodes_for_smoothing)
-        self.env_steps = 0
+        self.seeds = derived_seeds(config.seed, config.num_seeds)
+        self.env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
+                                                  num_envs=config.num_envs_per_env_runner,
+                                                  vectorize_mode=config.gym_env_vectorize_mode) for seed in self.seeds])
+        self.rngs = [Rngs(seed) for seed in self.seeds]
+        self.pi, self.vf = self._networks()
+        self.optimizer = batched.SeedAdam([*self.pi.parameters(), *self.vf.parameters()], num_seeds=self.num_seeds,
+                                          lr=scheduled(config.lr, 0))
+        self.stats = SeedStats(self.num_seeds, self.env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
+        self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._buffers: dict[str, np.ndarray] = {}
+
+    def _networks(self) -> tuple[nn.Module, nn.Module]:
+        """Each seed's policy and value networks, initialised as a one-seed learner with its seed does; batched."""
+        c, env, pairs = self.config, self.env, []
+        for seed in self.seeds:
+            with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
+                torch.manual_seed(seed)
+                if c.model == BUILT_IN:
+                    sizes = [env.obs_dim, *c.fcnet_hiddens]
+                    pair = (init_layers(mlp([*sizes, env.num_actions], c.fcnet_activation), out_gain=0.01),
+                            init_layers(mlp([*sizes, 1], c.fcnet_activation), out_gain=1.0))
+                else:
+                    pair = tuple(build_model(c.model, num_inputs=env.obs_dim, num_outputs=n,
+                                             model_config=c.model_config) for n in (env.num_actions, 1))
+            pairs.append([net.to(self.device) for net in pair])
+        pis, vfs = zip(*pairs, strict=True)
+        if c.model == BUILT_IN:
+            return batched.BatchedMLP(pis), batched.BatchedMLP(vfs)
+        return (batched.StackedModule(pis, num_inputs=env.obs_dim, name=c.model),
+                batched.StackedModule(vfs, num_inputs=env.obs_dim, name=c.model))
 
     # ---- acting -------------------------------------------------------------------------------
 
-    def _logits(self, obs: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor | None) -> torch.Tensor:
-        logits = self.pi(to_tensor(obs, self.device))
-        return masked_logits(logits, None if mask is None else to_tensor(mask, self.device))
+    def _by_seed(self, rows: np.ndarray | None) -> torch.Tensor | None:
+        """[K * n, ...] rows (seed-major) as a tensor [K, n, ...]."""
+        if rows is None:
+            return None
+        tensor = to_tensor(rows, self.device)
+        return tensor.view(self.num_seeds, -1, *tensor.shape[1:])
 
     @torch.no_grad()
     def _values(self, obs: np.ndarray, last_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """V of a [time, env] rollout's observations and of the observations after it."""
-        flat = np.concatenate([obs.reshape(-1, obs.shape[-1]), last_obs])
+        k, (length, width) = self.num_seeds, obs.shape[:2]
+        n = width // k
+        flat = np.concatenate([by_seed(obs, k).reshape(k, length * n, -1), last_obs.reshape(k, n, -1)], axis=1)
         values = self.vf(to_tensor(flat, self.device)).squeeze(-1).cpu().numpy()
-        return values[:-len(last_obs)].reshape(obs.shape[:2]), values[-len(last_obs):]
+        rollout = values[:, :length * n].reshape(k, length, n).swapaxes(0, 1).reshape(length, width)
+        return rollout, values[:, length * n:].reshape(width)
 
     @torch.no_grad()
     def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
-        """Actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax."""
-        logits = self._logits(*split_obs(obs))
-        actions = sample_actions(logits, generator=self.rngs.torch) if explore else logits.argmax(-1)
+        """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax."""
+        obs, mask = split_obs(obs)
+        batch = to_tensor(obs, self.device)
+        logits = self.pi(batch.expand(self.num_seeds, *batch.shape))[0]
+        logits = masked_logits(logits, None if mask is None else to_tensor(mask, self.device))
+        actions = sample_actions(logits, generator=self.rngs[0].torch) if explore else logits.argmax(-1)
         return actions.cpu().numpy()
 
     # ---- sampling -----------------------------------------------------------------------------
@@ -166,127 +208,107 @@ class PPO(LearnerBase):
 
     @torch.no_grad()
     def collect(self, num_steps: int) -> dict[str, Any]:
-        """Run the current policy for ceil(num_steps / num_envs) vector steps.
+        """Run the current policy for ceil(num_steps / num_envs_per_env_runner) vector steps of every seed's envs.
 
-        Returns [time, env] numpy arrays (views of buffers that the next call overwrites), the
-        observations after the last step (`last_obs`), `env_steps` (transitions; autoreset
-        steps excluded) and the finished episodes' `episode_returns` / `episode_lens`. Counts
-        them into this learner's stats. Values are left to `learn`, in one batched pass.
+        Returns [time, env] numpy arrays (views of buffers that the next call overwrites; seed i's envs
+        are the i-th block of columns), the observations after the last step (`last_obs`), `env_steps`
+        (transitions of all seeds; autoreset steps excluded), `seed_env_steps` (each seed's) and the
+        finished episodes' `episode_returns` / `episode_lens` / `episode_seeds`. Counts them into this
+        learner's stats. Values are left to `learn`, in one batched pass.
         """
-        buf, env = self._rollout_buffers(-(-num_steps // self.env.num_envs)), self.env
-        finished: list[tuple[np.ndarray, np.ndarray]] = []
+        env, generators, finished = self.env, [rngs.torch for rngs in self.rngs], []
+        buf = self._rollout_buffers(-(-num_steps // env.envs_per_seed))
         for t in range(len(buf["rewards"])):
-            buf["obs"][t] = env.obs
+            buf["obs"][t], mask = env.obs, None
             if env.masked:
-                buf["mask"][t] = env.mask
-            logp_all = torch.log_softmax(self._logits(env.obs, env.mask), dim=-1).cpu()
-            actions = sample_actions(logp_all, generator=self.rngs.torch)
-            buf["actions"][t] = actions.numpy()
-            buf["logp"][t] = logp_all.gather(1, actions[:, None]).squeeze(1).numpy()
+                buf["mask"][t] = mask = env.mask
+            logits = masked_logits(self.pi(self._by_seed(buf["obs"][t])), self._by_seed(mask))
+            logp_all = torch.log_softmax(logits, dim=-1).cpu()
+            actions = sample_seed_actions(logp_all, generators=generators)
+            buf["actions"][t] = actions.view(-1).numpy()
+            buf["logp"][t] = logp_all.gather(-1, actions[..., None]).view(-1).numpy()
             step = env.step(buf["actions"][t])
             buf["rewards"][t], buf["terminated"][t], buf["truncated"][t], buf["valid"][t] = step
             finished.append(self.stats.update(step))
-        steps = int(buf["valid"].sum())
-        self.env_steps += steps
-        return {**buf, "last_obs": env.obs.copy(), "env_steps": steps,
-                "episode_returns": np.concatenate([r for r, _ in finished]),
-                "episode_lens": np.concatenate([n for _, n in finished])}
+        steps = by_seed(buf["valid"], self.num_seeds).sum(axis=(1, 2))
+        self.seed_env_steps += steps
+        returns, lens, seeds = (np.concatenate(part) for part in zip(*finished, strict=True))
+        return {**buf, "last_obs": env.obs.copy(), "env_steps": int(steps.sum()), "seed_env_steps": steps,
+                "episode_returns": returns, "episode_lens": lens, "episode_seeds": seeds}
 
     # ---- learning -----------------------------------------------------------------------------
 
     def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Rollouts of several workers as one: their envs side by side."""
-        merged = {key: np.concatenate([b[key] for b in batches], axis=1)
+        """Rollouts of several workers as one: each seed's envs of every worker side by side, seeds in order."""
+        k = self.num_seeds
+        merged = {key: join_by_seed([b[key] for b in batches], axis=1, num_seeds=k)
                   for key in batches[0] if key not in NOT_TIME_MAJOR}
-        merged["last_obs"] = np.concatenate([b["last_obs"] for b in batches], axis=0)
+        merged["last_obs"] = join_by_seed([b["last_obs"] for b in batches], axis=0, num_seeds=k)
+        merged["seed_env_steps"] = np.sum([b["seed_env_steps"] for b in batches], axis=0)
+        merged["episode_seeds"] = np.concatenate([b["episode_seeds"] for b in batches])
         return merged
 
-    def learn(self, batch: Mapping[str, Any]) -> dict[str, float]:
-        """GAE on a `collect` batch, then num_epochs x minibatches of PPO updates; mean losses.
+    def learn(self, batch: Mapping[str, Any]) -> list[dict[str, float]]:
+        """GAE on a `collect` batch, then num_epochs x minibatches of PPO updates; each seed's mean losses.
 
-        A batch without a single transition (every env between episodes) trains nothing and
+        A seed without a single transition in the batch (every env between episodes) trains nothing and
         reports no loss.
         """
-        c = self.config
+        c, k = self.config, self.num_seeds
         if not batch["valid"].any():
-            return {}
+            return [{} for _ in range(k)]
         values, last_values = self._values(batch["obs"], batch["last_obs"])
         advantages, targets = compute_gae(
             rewards=batch["rewards"], values=values, terminated=batch["terminated"],
             truncated=batch["truncated"], last_values=last_values, gamma=c.gamma, lambda_=c.lambda_)
-        valid = batch["valid"]
-        advantages = advantages[valid]
-        data = {"obs": batch["obs"][valid], "actions": batch["actions"][valid], "logp": batch["logp"][valid],
-                "advantages": (advantages - advantages.mean()) / (advantages.std() + 1e-8),
-                "value_targets": targets[valid]}
-        if "mask" in batch:
-            data["mask"] = batch["mask"][valid]
-        tensors = {k: to_tensor(v, self.device) for k, v in data.items()}
-        n, sums, updates = len(data["actions"]), torch.zeros(4), 0
-        for _ in range(c.num_epochs):
-            order = to_tensor(self.rngs.numpy.permutation(n), self.device)
-            for start in range(0, n, c.minibatch_size):
-                idx = order[start:start + c.minibatch_size]
-                sums += self._update({k: v[idx] for k, v in tensors.items()})
-                updates += 1
-        names = ("policy_loss", "vf_loss", "entropy", "kl")
-        return dict(zip(names, (sums / updates).tolist(), strict=True))
+        valid = by_seed(batch["valid"], k)  # each seed's samples in turn, each in its one-seed order
+        counts = valid.reshape(k, -1).sum(axis=1)
+        data = {"obs": batch["obs"], "actions": batch["actions"], "logp": batch["logp"], "value_targets": targets,
+                **({"mask": batch["mask"]} if "mask" in batch else {})}
+        data = {key: by_seed(value, k)[valid] for key, value in data.items()}
+        data["advantages"] = standardized(by_seed(advantages, k)[valid], counts)
+        tensors = {key: to_tensor(value, self.device) for key, value in data.items()}
+        sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
+        for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
+                                 rngs=[rngs.numpy for rngs in self.rngs]):
+            # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
+            index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
+            mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
+            losses = self._update({key: value[index] for key, value in tensors.items()}, mask=mask, active=mb.active)
+            sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
+            updates += mb.active
+        return [dict(zip(LOSSES, (sums[i] / int(updates[i])).tolist(), strict=True)) if updates[i] else {}
+                for i in range(k)]
 
-    def _update(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _update(self, mb: dict[str, torch.Tensor], *, mask: torch.Tensor | None, active: np.ndarray) -> torch.Tensor:
+        """One gradient step of each active seed on its minibatch ([K, width, ...] tensors, or [width, ...] for one
+        seed); the losses [K, 4] (or [4])."""
         c = self.config
-        logp_all = torch.log_softmax(self._logits(mb["obs"], mb.get("mask")), dim=-1)
+        logp_all = torch.log_softmax(masked_logits(self.pi(mb["obs"]), mb.get("mask")), dim=-1)
         # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
         # after it (torch.where): the gradient of exp(x) * x at -inf is NaN, and where() would pass on 0 * NaN.
         entropy = -(logp_all.exp() * logp_all.masked_fill(~logp_all.isfinite(), 0.0)).sum(-1)
         losses = ppo_losses(
-            new_logp=logp_all.gather(1, mb["actions"][:, None]).squeeze(1), old_logp=mb["logp"],
+            new_logp=logp_all.gather(-1, mb["actions"][..., None]).squeeze(-1), old_logp=mb["logp"],
             advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
             entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
-            vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff)
+            vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
         self.optimizer.zero_grad()
-        losses["total_loss"].backward()
+        total = losses["total_loss"]  # [K], or a scalar without the seed axis
+        (total.sum() if total.dim() else total).backward()  # the seeds share no parameter: each its own gradient
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
-        self.optimizer.step()
-        return torch.stack([losses[k] for k in ("policy_loss", "vf_loss", "entropy", "kl")]).detach().cpu()
+        self.optimizer.step(None if mask is None else active)  # no padding: every seed has a minibatch
+        return torch.stack([losses[key] for key in LOSSES], dim=-1).detach().cpu()
 
     def train_iteration(self, source: Sampler | None = None) -> dict[str, float]:
-        """The lr from its schedule, train_batch_size env steps (own envs, or `source`'s), learn; our metric names."""
+        """The lr from its schedule, train_batch_size env steps per seed (own envs, or `source`'s), learn; our
+        metric names, per seed and aggregated when there are several (tune_runner.algos.seeds)."""
         start = time.perf_counter()
-        lr = self.apply_lr_schedule()
+        lrs = self.apply_lr_schedule()
         n = self.config.train_batch_size
         batch = self.collect(n) if source is None else source.sample(n)
         losses = self.learn(batch)
-        return {**self.episode_metrics(), **losses, "lr": lr,
+        per_seed = [{**self.seed_episode_metrics(i), **losses[i], "lr": lrs[i]} for i in range(self.num_seeds)]
+        return {**seed_metrics(per_seed, how=self.config.seed_aggregate),
                 "sps": batch["env_steps"] / (time.perf_counter() - start)}
-
-    # ---- state --------------------------------------------------------------------------------
-
-    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        """Policy and value network parameters as numpy arrays (what a rollout worker needs)."""
-        return {name: {k: v.numpy() for k, v in state_dict_copy(net).items()}
-                for name, net in (("pi", self.pi), ("vf", self.vf))}
-
-    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
-        for name, net in (("pi", self.pi), ("vf", self.vf)):
-            net.load_state_dict({k: torch.as_tensor(v) for k, v in weights[name].items()})
-
-    def get_state(self) -> dict[str, Any]:
-        """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner."""
-        return {"pi": state_dict_copy(self.pi), "vf": state_dict_copy(self.vf),
-                "optimizer": self.optimizer.state_dict(), "rngs": self.rngs.get_state(),
-                "stats": self.stats.get_state(), "env_steps": self.env_steps, "env": self.env.get_state()}
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from `get_state`. This learner's config wins (PBT may have changed lr)."""
-        self.pi.load_state_dict(state["pi"])
-        self.vf.load_state_dict(state["vf"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.rngs.set_state(state["rngs"])
-        self.stats.set_state(state["stats"])
-        self.env_steps = int(state["env_steps"])
-        if not self.env.set_state(state["env"], seed=self.rngs.python.randrange(2**31)):
-            self.stats.drop_running()
-
-    def close(self) -> None:
-        self.env.close()

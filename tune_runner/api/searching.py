@@ -25,6 +25,7 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
            seeds: int | None = None, register_model: str | None = None, plugins: Iterable[str | Path] = (),
            cpus_per_trial: float | None = None, gpus_per_trial: float | None = None, num_cpus: int | None = None,
            num_gpus: float | None = None, gpu: str | None = None, address: str | None = None, verbose: bool = False,
+           seeds_per_trial: int | None = None, seed_aggregate: str | None = None,
            out: TextIO | None = None) -> SearchResult:
     """Run a search over `space` (a shipped space's name or a YAML path) to its end, as `tune-rl search`.
 
@@ -35,7 +36,8 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
     storage, name = storage_setting(storage), name_setting(name)
     spec = search_spec(str(space), overrides=overrides, num_samples=num_samples, max_concurrent=max_concurrent,
                        num_cpus=num_cpus, top=top, seeds=seeds, max_failures=max_failures, searcher=searcher,
-                       scheduler=scheduler, plugins=plugins)
+                       scheduler=scheduler, plugins=plugins, seeds_per_trial=seeds_per_trial,
+                       seed_aggregate=seed_aggregate)
     ray = {"address": address, "num_cpus": num_cpus, "num_gpus": num_gpus, "cpus_per_trial": cpus_per_trial,
            "gpus_per_trial": gpus_per_trial, "gpu": gpu}
     check_run_settings(**ray)
@@ -54,13 +56,16 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
 def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | None = None,
                 max_concurrent: int | None = None, num_cpus: int | None = None, top: int | None = None,
                 seeds: int | None = None, max_failures: int | None = None, searcher: str | None = None,
-                scheduler: str | None = None, plugins: Iterable[str | Path] = ()) -> Any:
+                scheduler: str | None = None, plugins: Iterable[str | Path] = (), seeds_per_trial: int | None = None,
+                seed_aggregate: str | None = None) -> Any:
     """The space with the search's settings applied, checked in the order `tune-rl search` checks its flags."""
     from tune_runner.spec.experiment import Component
 
     for flag, value in (("--num-samples", num_samples), ("--max-concurrent", max_concurrent),
-                        ("--num-cpus", num_cpus), ("--reevaluate", top), ("--seeds", seeds)):
+                        ("--num-cpus", num_cpus), ("--reevaluate", top), ("--seeds", seeds),
+                        ("--seeds-per-trial", seeds_per_trial)):
         positive(flag, value)
+    _check_aggregate(seed_aggregate)
     if max_failures is not None and max_failures < 0:
         raise UserError(f"--max-failures {max_failures}: must be 0 or more")
     spec = load(space, overrides=overrides)
@@ -69,6 +74,10 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
         changes["num_samples"] = num_samples
     if max_concurrent:
         changes["max_concurrent"] = max_concurrent
+    if seeds_per_trial:
+        changes["seeds_per_trial"] = seeds_per_trial
+    if seed_aggregate:
+        changes["seed_aggregate"] = seed_aggregate
     if searcher:
         from tune_runner.search.searchers import COMMON
 
@@ -83,6 +92,15 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
         load_plugins(plugins)  # a bad path is named with its flag, before the space's own plugins
         changes["plugins"] = spec.plugins + tuple(str(Path(p).expanduser().resolve()) for p in plugins)
     return spec.with_overrides(**changes)
+
+
+def _check_aggregate(how: str | None) -> None:
+    """--seed-aggregate names one of spec.seeds.AGGREGATES."""
+    from tune_runner.errors import unknown_name
+    from tune_runner.spec.seeds import AGGREGATES
+
+    if how is not None and how not in AGGREGATES:
+        raise UserError(f"--seed-aggregate: {unknown_name('seed aggregate', how, AGGREGATES)}")
 
 
 def load(space: str, *, overrides: Overrides = None) -> Any:

@@ -152,7 +152,7 @@ def set_keys(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str
     env_config = raw.get("env_config")
     keys += [f"env_config.{k}" for k in env_config] if isinstance(env_config, dict) else []
     keys += ["budget", "trainable", "env", "metric", "mode", "stop_at", "searcher", "scheduler", "num_samples",
-             "max_concurrent", "reevaluate"]
+             "max_concurrent", "seeds_per_trial", "seed_aggregate", "reevaluate"]
     return [f"{k}=" for k in dict.fromkeys(keys)]
 
 

@@ -55,7 +55,7 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
-    state = checkpoints.read(checkpoint)["learner"]
+    state = checkpoints.policy_seed(checkpoints.read(checkpoint)["learner"])[0]
     sizes, layers, activation = policy_layers(learner, state, config)
     return tune_rl_policy.save(folder, sizes=sizes, activation=activation, state=layers,
                                about={"learner": learner, "env": config.get("env"),

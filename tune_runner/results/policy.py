@@ -246,10 +246,11 @@ def _agent_name(checkpoint: Path) -> str | None:
 
 
 def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
+    from tune_runner.spec.reserved import SEED_KEYS
     from tune_runner.trainables.agents import build_learner
 
-    try:
-        learner = build_learner(name, config)
+    try:  # one seed: the state is the policy's seed alone (checkpoints.policy_seed)
+        learner = build_learner(name, {k: v for k, v in config.items() if k not in SEED_KEYS})
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's plugin code: one line naming it

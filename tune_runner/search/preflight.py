@@ -86,6 +86,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     where = spec.source
     trainable = _resolve(spec, backend)
     _check_settings(spec, trainable)
+    check_seeds(spec, trainable)
     spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
     env_check.check_env(spec, trainable)
@@ -126,6 +127,7 @@ def check_before_ray(spec: ExperimentSpec) -> None:
         return
     if not trainable.settings_need_ray:
         _check_settings(spec, trainable)
+    check_seeds(spec, trainable)
     spec = _absolute_task_fn(spec)
     import gymnasium
 
@@ -161,6 +163,21 @@ def _check_settings(spec: ExperimentSpec, trainable: Backend) -> None:
     for key, problem in trainable.check_settings(keys):
         section = "space" if key in spec.searched else "fixed"
         raise UserError(f"{spec.source}: {section}.{key}: {problem}")
+
+
+def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
+    """seeds_per_trial > 1 only where the trainable trains several seeds as one learner, and not with a
+    curriculum (its task follows one learner's returns)."""
+    count = spec.seeds_per_trial
+    if count == 1:
+        return
+    if not trainable.seeds:
+        raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
+                        f"(ppo and agents that declare seeds_per_trial = True train several); "
+                        f"set seeds_per_trial: 1")
+    if "env_task_fn" in spec.fixed:
+        raise UserError(f"{spec.source}: seeds_per_trial: {count}: a curriculum (env_task_fn) follows one "
+                        f"seed's returns; set seeds_per_trial: 1")
 
 
 def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:

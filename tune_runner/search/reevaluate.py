@@ -54,36 +54,59 @@ def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int
 
 def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, storage: Path, name: str,
                out: TextIO, first_seed: int = SEED_BASE) -> Verdict:
-    """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank."""
+    """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank.
+
+    A trainable that trains several seeds as one learner (seeds_per_trial) runs each candidate as one trial of
+    all its seeds, stopped once every seed has reached stop_at; any other runs one trial per seed."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from tune_runner.search.progress_csv import ProgressCSV
-    from tune_runner.search.stopper import BudgetStopper
     from tune_runner.trainables.catalog import backend
 
-    seed_values = [first_seed + i for i in range(seeds)]
-    keys = sorted({key for c in picks for key in c.config if key != "seed"})
-    space: dict[str, Any] = {"env": spec.env, "env_config": dict(spec.env_config),
-                             CANDIDATE_KEY: tune.grid_search(list(range(len(picks)))),
-                             "seed": tune.grid_search(seed_values)}
-    for key in keys:
-        space[key] = tune.sample_from(_Pick(picks, key))
+    record = backend(spec.trainable)
+    space = _space(spec, picks, seeds=seeds, first_seed=first_seed, batched=record.seeds)
     print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
-          f"{spec.budget_env_steps:,} env steps)", file=out, flush=True)
+          f"{spec.budget_env_steps:,} env steps{', seeds batched: one trial per config' if record.seeds else ''})",
+          file=out, flush=True)
     tuner = tune.Tuner(
-        backend(spec.trainable).trainable_class(), param_space=space,
+        record.trainable_class(), param_space=space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
                                     max_concurrent_trials=spec.max_concurrent),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=BudgetStopper(spec), verbose=0,
-                                  callbacks=[_Progress(picks, spec, out), ProgressCSV(),
-                                             JsonLoggerCallback()],
+        run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=_stopper(spec, batched=record.seeds),
+                                  verbose=0, callbacks=[_Progress(picks, spec, out), ProgressCSV(),
+                                                        JsonLoggerCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
-    runs = _seed_runs(tuner.fit(), spec, count=len(picks))
+    grid = tuner.fit()
+    runs = _batched_runs(grid, spec, count=len(picks)) if record.seeds else _seed_runs(grid, spec, count=len(picks))
     target = target_of(spec)
     return rank([summarise(pick, runs[i], target=target) for i, pick in enumerate(picks)], mode=spec.mode,
                 target=target)
+
+
+def _space(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, first_seed: int,
+           batched: bool) -> dict[str, Any]:
+    """The re-evaluation's param_space: each candidate's config with fresh seeds (one grid value per seed, or
+    `seeds_per_trial` seeds from `first_seed` in one trial)."""
+    from ray import tune
+
+    keys = sorted({key for c in picks for key in c.config if key not in ("seed", *reserved.SEED_KEYS)})
+    space: dict[str, Any] = {"env": spec.env, "env_config": dict(spec.env_config),
+                             CANDIDATE_KEY: tune.grid_search(list(range(len(picks))))}
+    if batched:
+        space.update({"seed": first_seed, reserved.SEEDS_KEY: seeds, reserved.AGGREGATE_KEY: spec.seed_aggregate})
+    else:
+        space["seed"] = tune.grid_search([first_seed + i for i in range(seeds)])
+    for key in keys:
+        space[key] = tune.sample_from(_Pick(picks, key))
+    return space
+
+
+def _stopper(spec: ExperimentSpec, *, batched: bool) -> Any:
+    from tune_runner.search.stopper import BudgetStopper, EverySeedStopper
+
+    return EverySeedStopper(spec) if batched else BudgetStopper(spec)
 
 
 def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list[SeedRun]]:
@@ -97,6 +120,42 @@ def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list
             reached_at = int(metrics.get("env_steps", 0)) if spec.reached(metrics) else None
             runs[int(config[CANDIDATE_KEY])].append(SeedRun(int(config["seed"]), float(value), reached_at))
     return runs
+
+
+def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list[SeedRun]]:
+    """Each candidate's runs from trials of several seeds each: per seed, from the trial's history, its value
+    where it first reached stop_at (and those env steps), else its last finite value."""
+    from tune_runner.spec.seeds import seed_key
+
+    runs: dict[int, list[SeedRun]] = {i: [] for i in range(count)}
+    for result in grid:
+        config, history = result.config or {}, result.metrics_dataframe
+        if history is None or not len(history):
+            continue
+        for index, seed in enumerate(seed_numbers(config)):
+            column = seed_key(index, spec.metric)
+            if column in history:
+                run = _seed_run(spec, seed, history[column].tolist(), history["env_steps"].tolist())
+                if run is not None:
+                    runs[int(config[CANDIDATE_KEY])].append(run)
+    return runs
+
+
+def _seed_run(spec: ExperimentSpec, seed: int, values: list[Any], env_steps: list[Any]) -> SeedRun | None:
+    """One seed's SeedRun from its curve: the first value that reached stop_at, else the last finite one."""
+    finite = [(float(v), int(s)) for v, s in zip(values, env_steps, strict=True)
+              if isinstance(v, (int, float)) and math.isfinite(v)]
+    for value, steps in finite:
+        if spec.reached({spec.metric: value}):
+            return SeedRun(seed, value, steps)
+    return SeedRun(seed, finite[-1][0], None) if finite else None
+
+
+def seed_numbers(config: dict[str, Any]) -> list[int]:
+    """The seeds a trial of `config` trains, in its seed_<i> order (the learner's documented derivation)."""
+    from tune_runner.algos.seeds import derived_seeds
+
+    return derived_seeds(int(config.get("seed", 0)), int(config.get(reserved.SEEDS_KEY, 1)))
 
 
 class _Pick:
@@ -127,10 +186,20 @@ def _progress_class() -> type:
                 solved = f", solved at {int(last.get('env_steps', 0)):,} env steps" if self.spec.reached(last) \
                     else f", not solved in {self.spec.budget_env_steps:,} env steps"
             if self.out is not None:
-                print(f"  #{index + 1} {self.picks[index].trial_id} seed {trial.config['seed']}: "
+                print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, last, self.spec)}: "
                       f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
 
     return Progress
+
+
+def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSpec) -> str:
+    """`seed 1000`, or for a trial of several seeds `seeds 1000, 11007, 21014 (412.0, 500.0, 488.5; iqm)`."""
+    from tune_runner.spec.seeds import per_seed
+
+    if int(config.get(reserved.SEEDS_KEY, 1)) == 1:
+        return f"seed {config['seed']}"
+    values = ", ".join(f"{v:.1f}" for v in per_seed(last, spec.metric))
+    return f"seeds {', '.join(map(str, seed_numbers(config)))} ({values}; {spec.seed_aggregate})"
 
 
 def _Progress(picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> Any:  # noqa: N802 - a class factory

@@ -23,3 +23,22 @@ class BudgetStopper(Stopper):
 
     def stop_all(self) -> bool:
         return False
+
+
+class EverySeedStopper(BudgetStopper):
+    """For a re-evaluation trial of several seeds (seeds_per_trial): ends at the budget, or once every seed has
+    reached `stop_at` at some result (not necessarily the same one), so each seed's env steps to solve show."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        super().__init__(spec)
+        self.reached: dict[str, set[int]] = {}
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        from tune_runner.spec.seeds import per_seed
+
+        if int(result.get("env_steps", 0)) >= self.spec.budget_env_steps:
+            return True
+        values = per_seed(result, self.spec.metric)
+        done = self.reached.setdefault(trial_id, set())
+        done.update(i for i, v in enumerate(values) if self.spec.reached({self.spec.metric: v}))
+        return bool(values) and len(done) == len(values)

@@ -18,12 +18,12 @@ import yaml
 from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, closest, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
-from tune_runner.spec import reserved
+from tune_runner.spec import reserved, seeds
 from tune_runner.spec.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "reevaluate", "fixed", "space",
-            "backends", "plugins")
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "seeds_per_trial", "seed_aggregate",
+            "reevaluate", "fixed", "space", "backends", "plugins")
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -61,6 +61,9 @@ class ExperimentSpec:
     reevaluate: bool | dict = True
     plugins: tuple[str, ...] = ()
     """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
+    seeds_per_trial: int = 1
+    """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seeds)."""
+    seed_aggregate: str = seeds.DEFAULT_AGGREGATE
 
     def reached(self, result: dict) -> bool:
         """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
@@ -96,10 +99,15 @@ class ExperimentSpec:
         space.update({p.name: p.to_tune() for p in self.space})
         if self.plugins:
             space[reserved.PLUGINS_KEY] = list(self.plugins)
+        if self.seeds_per_trial > 1:  # a one-seed search's trial configs stay as they were
+            space.update({reserved.SEEDS_KEY: self.seeds_per_trial, reserved.AGGREGATE_KEY: self.seed_aggregate})
         return space
 
     def as_dict(self) -> dict:
-        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results."""
+        """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results; the seed settings only
+        where they differ from one seed (a one-seed search's saved spec is as it always was)."""
+        seeds = {"seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate} \
+            if self.seeds_per_trial > 1 else {}
         return {
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
             "description": self.description, "trainable": self.trainable, "env": self.env,
@@ -111,6 +119,7 @@ class ExperimentSpec:
             "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
             "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
                       for p in self.space},
+            **seeds,
         }
 
     def with_overrides(self, **changes: Any) -> ExperimentSpec:
@@ -261,6 +270,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         scheduler=_component(raw, "scheduler", where, default="fifo"),
         num_samples=_positive_int(raw, "num_samples", where, default=1),
         max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
+        seeds_per_trial=_positive_int(raw, "seeds_per_trial", where, default=1),
+        seed_aggregate=_choice(raw, "seed_aggregate", seeds.AGGREGATES, where),
         fixed=fixed,
         space=space,
         reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
@@ -309,6 +320,14 @@ def _typed(raw: dict, key: str, kind: type, where: str, *, default: Any = ...) -
         return copy.deepcopy(default)
     if not isinstance(value, kind):
         raise UserError(f"{where}: {key}: expected {_kind(kind)}, got {_short(value)}")
+    return value
+
+
+def _choice(raw: dict, key: str, choices: tuple[str, ...], where: str) -> str:
+    """One of `choices` (the first by default); an unknown one gets the closest."""
+    value = _typed(raw, key, str, where, default=choices[0])
+    if value not in choices:
+        raise UserError(f"{where}: {key}: {unknown_name(key, value, choices)}")
     return value
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 CANDIDATE_KEY = "tune_rl_candidate"
 PLUGINS_KEY = "tune_rl_plugins"
+SEEDS_KEY, AGGREGATE_KEY = "seeds_per_trial", "seed_aggregate"
 # Every reserved key, with why it is in a trial config.
 RESERVED: dict[str, str] = {
     "env": "the gymnasium env id: the space file's top-level env",
@@ -22,16 +23,20 @@ RESERVED: dict[str, str] = {
     "gpus_per_trial": "the GPUs of one trial of our trainables or the oracle (--gpus-per-trial, or fixed:)",
     "num_env_runners": "rollout workers of our ppo/dqn, started by the trial (RLlib reads its own key of that name)",
     "env_task_fn": "a curriculum's task function, FILE:FUNCTION (trainables/curriculum.py)",
+    SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seeds.py)",
+    AGGREGATE_KEY: "how the trial sums its seeds up under each metric's plain name (iqm, mean, median, min)",
 }
 PREFIX = "env_config."  # a key `env_config.NAME` sets env_config["NAME"] (searched or fixed)
 BOOKKEEPING_PREFIX = "tune_rl_"  # a key tune-rl adds to a trial config for itself: never a setting to keep
 
 # Set at the top of a space file, never under fixed/space.
-TOP_LEVEL = ("env", "env_config")
+TOP_LEVEL = ("env", "env_config", SEEDS_KEY, AGGREGATE_KEY)
 # Added by tune-rl itself (the re-evaluation's candidate, the search's plug-ins).
 BOOKKEEPING = tuple(k for k in RESERVED if k.startswith(BOOKKEEPING_PREFIX))
 # A trial's resources: this machine's business, not the config's.
 RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")
+# How a trial judges its config, set at the top of a space file: the search's business, not the config's.
+SEED_KEYS = (SEEDS_KEY, AGGREGATE_KEY)
 # Not attributes of RLlib's AlgorithmConfig (num_env_runners is one; the task fn is installed as a callback).
 NOT_RLLIB = TOP_LEVEL + BOOKKEEPING
 # Not the learner's: what our learners' config classes never see.

@@ -52,12 +52,13 @@ def experiment_id(mlflow: Any, name: str, uri: str) -> str:
 
 
 def metrics_of(result: dict[str, Any], *, step: int, now_ms: int) -> list[Any]:
-    """The numeric, finite values of a trial result as MLflow metrics at `step` env steps."""
+    """The numeric, finite values of a trial result as MLflow metrics at `step` env steps; a seed's own curves
+    (`seed_<i>/<name>`, tune_runner.spec.seeds) beside the aggregate, less the same bookkeeping."""
     from mlflow.entities import Metric
 
     return [Metric(key, float(value), now_ms, step) for key, value in result.items()
-            if key not in NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value)]
+            if key.rpartition("/")[2] not in NOT_METRICS and isinstance(value, (int, float))
+            and not isinstance(value, bool) and math.isfinite(value)]
 
 
 class MlflowTracking(Callback):

@@ -12,6 +12,10 @@ A user's agent is a class with
     get_state() / set_state(state)       optional: checkpoints (PBT, resume, evaluate)
     get_weights() / set_weights(w)       optional (seed 000's shape)
     close()                              optional
+    seeds_per_trial = True               optional: it trains `args.num_seeds` seeds of its config at once and
+                                         reports `seed_<i>/<name>` per seed (tune_runner.spec.seeds); the trial
+                                         adds the aggregates. Undeclared: a search with seeds_per_trial > 1 is
+                                         refused before launch
     action_spaces = ("Box",)             optional: the gymnasium space classes it trains on (and
     observation_spaces = ("Box",)        observation_spaces); a search on another env is refused
                                          before launch. Undeclared: any
@@ -28,6 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tune_runner.plugins import AGENTS
+from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
+from tune_runner.spec.seeds import DEFAULT_AGGREGATE
 from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins
 
 AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
@@ -95,13 +101,19 @@ def is_ours(name: str) -> bool:
     return getattr(AGENTS.get(name), "config_class", None) is not None
 
 
-def build(name: str, settings: Mapping[str, Any], *, env: str, env_config: Mapping[str, Any], device: str) -> Any:
-    """A learner of agent `name` for one trial's settings (already nested, aliases renamed)."""
+def build(name: str, settings: Mapping[str, Any], *, env: str, env_config: Mapping[str, Any], device: str,
+          num_seeds: int = 1, seed_aggregate: str = DEFAULT_AGGREGATE) -> Any:
+    """A learner of agent `name` for one trial's settings (already nested, aliases renamed); `num_seeds` > 1
+    only for an agent that trains several (checked before launch): ours take it in their config, a user's
+    agent that declares `seeds_per_trial = True` as `args.num_seeds` and `args.seed_aggregate`."""
     cls, config = agent_class(name), config_class(name)
-    if is_ours(name):
-        return cls(config.from_dict(settings), env_id=env, env_config=dict(env_config), device=device)
+    seeds = {"num_seeds": num_seeds, "seed_aggregate": seed_aggregate} if num_seeds > 1 else {}
+    if is_ours(name):  # a one-seed learner is built as it always was
+        return cls(config.from_dict({**settings, **seeds}), env_id=env, env_config=dict(env_config), device=device)
     args = config.from_dict(settings)
     args.env, args.env_config, args.device = env, dict(env_config), device
+    if getattr(cls, "seeds_per_trial", False) is True:
+        args.num_seeds, args.seed_aggregate = num_seeds, seed_aggregate
     return cls(args)
 
 
@@ -117,4 +129,5 @@ def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", see
     settings = learner_settings(config)
     if seed_offset:
         settings["seed"] = int(settings.get("seed", 0)) + seed_offset
-    return build(name, settings, env=config["env"], env_config=env_config_of(config), device=device)
+    return build(name, settings, env=config["env"], env_config=env_config_of(config), device=device,
+                 num_seeds=int(config.get(SEEDS_KEY, 1)), seed_aggregate=config.get(AGGREGATE_KEY, DEFAULT_AGGREGATE))

@@ -55,6 +55,7 @@ class Backend:
     reports: tuple[str, ...]  # result keys besides Tune's own (training_iteration, time_total_s, ...)
     trains: Trains | None
     can_checkpoint: bool  # saves and restores its state (PBT's exploit, pausing schedulers and resume need it)
+    seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seeds)
 
     @property
     def time_attrs(self) -> tuple[str, ...]:
@@ -89,6 +90,8 @@ OWN_REPORTS = {  # `task` only with a curriculum (env_task_fn)
             "epsilon", "lr", "sps", "task"),
 }
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
+# Learner config fields that a trial fills in from the spec's seed settings (tune_runner.spec.seeds), never a space.
+BY_THE_TRIAL = {"num_seeds": "seeds_per_trial", "seed_aggregate": "seed_aggregate"}
 USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares more with `reports = (...)`
 
 
@@ -104,7 +107,7 @@ class OwnBackend(Backend):
         from tune_runner.algos.config import ALIASES
         from tune_runner.trainables import agents
 
-        fields = [f.name for f in dataclasses.fields(agents.config_class(self.name))]
+        fields = [f.name for f in dataclasses.fields(agents.config_class(self.name)) if f.name not in BY_THE_TRIAL]
         return [*fields, *ALIASES, "num_env_runners", *RESOURCE_KEYS, TASK_FN]
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
@@ -112,7 +115,10 @@ class OwnBackend(Backend):
         problems = []
         for key in keys:
             top = key.split(".")[0]
-            if top not in valid and top not in ENV_KEYS:
+            if top in BY_THE_TRIAL:
+                problems.append((key, f"set by the trial from the space's top-level {BY_THE_TRIAL[top]}; "
+                                      f"write {BY_THE_TRIAL[top]}: there instead"))
+            elif top not in valid and top not in ENV_KEYS:
                 near = closest(top, valid)
                 hint = f"did you mean {near!r}?" if near else f"its settings: {', '.join(sorted(valid))}"
                 problems.append((key, f"not a setting of {self.name}; {hint}"))
@@ -136,7 +142,7 @@ class OwnBackend(Backend):
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
         values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k not in BY_THE_TRIAL}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +161,7 @@ class AgentBackend(OwnBackend):
         agent = AGENTS.get(name)
         return cls(name=name, reports=tuple(getattr(agent, "reports", USER_REPORTS)),
                    trains=Trains(getattr(agent, "action_spaces", None), getattr(agent, "observation_spaces", None)),
-                   can_checkpoint=agents.checkpoints(name))
+                   can_checkpoint=agents.checkpoints(name), seeds=getattr(agent, "seeds_per_trial", False) is True)
 
     def setting_names(self) -> list[str]:
         """Its add_args options; an agent taking our learner constructor has a config dataclass like ours."""

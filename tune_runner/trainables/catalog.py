@@ -32,11 +32,12 @@ from tune_runner.trainables.backends import (
 )
 
 OURS = ("ppo", "dqn")
+SEEDED = ("ppo",)  # ours that train seeds_per_trial > 1 seeds as one batched learner
 ORACLES = tuple(ORACLE_CLASSES)
 BACKENDS: Registry[Backend] = Registry("trainable")
 for _name in OURS:  # their spaces are declared beside their settings: no torch
     BACKENDS.register(_name, OwnBackend(name=_name, reports=OWN_REPORTS[_name], can_checkpoint=True,
-                                        trains=Trains(ACTION_SPACES, OBSERVATION_SPACES)))
+                                        trains=Trains(ACTION_SPACES, OBSERVATION_SPACES), seeds=_name in SEEDED))
 for _name in ORACLES:
     BACKENDS.register(_name, OracleBackend(name=_name, reports=ORACLE_REPORTS, trains=None,
                                            can_checkpoint=_name != "oracle/stateless"))

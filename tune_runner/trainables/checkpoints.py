@@ -33,12 +33,31 @@ def read(folder: Path) -> dict[str, Any]:
         return pickle.load(f)  # noqa: S301 - our own checkpoint, written by write()
 
 
+def policy_seed(state: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """The one-seed state a policy is read from, and which seed it is (None for a one-seed learner's state).
+
+    A learner of several seeds (seeds_per_trial) saves {"num_seeds": K, "seeds": [K one-seed states]}; its
+    policy is the seed whose recent episodes (the window its episode_return_mean averages) returned the most,
+    the first such on a tie: evaluate, load_policy and the MLflow model then act as that seed did."""
+    if "num_seeds" not in state:
+        return state, None
+    seeds = state["seeds"]
+
+    def recent_return(index: int) -> float:
+        returns = (seeds[index].get("stats") or {}).get("recent_returns") or ()
+        return sum(returns) / len(returns) if returns else float("-inf")
+
+    index = max(range(len(seeds)), key=lambda i: (recent_return(i), -i))
+    return seeds[index], index
+
+
 def learner_state(folder: Path, *, fix: str) -> dict[str, Any]:
-    """The learner's state in the checkpoint `folder`; a damaged or foreign file is one line ending in `fix`."""
+    """The learner's state in the checkpoint `folder` (one seed's: `policy_seed`); a damaged or foreign file is
+    one line ending in `fix`."""
     path = folder / CHECKPOINT_FILE
     saved = files.load_checkpoint(path, lambda _: read(folder), fix=fix)
     state = saved.get("learner") if isinstance(saved, dict) else None
     if not isinstance(state, dict):
         raise UserError(f"{path}: not a readable checkpoint (expected a mapping with learner, got "
                         f"{files.short(saved)}); pass a checkpoint folder written by our ppo/dqn")
-    return state
+    return policy_seed(state)[0]

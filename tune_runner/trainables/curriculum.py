@@ -104,12 +104,13 @@ def _load_file(ref: str, where: str) -> Any:
         return sys.modules[name]
     from tune_runner import files
 
-    files.read_source(path, shown=f"{TASK_FN}: {ref!r}: {path}", expected="a Python file with the task function")
+    source = files.read_source(path, shown=f"{TASK_FN}: {ref!r}: {path}",
+                               expected="a Python file with the task function")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before running it, as a normal import does (dataclasses, pickle)
     try:
-        spec.loader.exec_module(module)
+        files.run_source(module, path, source)
     except Exception as exc:  # noqa: BLE001 - the user's file failed at import: name the error, one line
         del sys.modules[name]
         raise UserError(f"{TASK_FN}: {ref!r}: running {path} failed: {type(exc).__name__}: {exc}") from None

@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
+from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
+from tune_runner.spec.seeds import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.checkpoints import CHECKPOINT_FILE  # noqa: F401 - where tests and tools look for it
@@ -74,6 +76,10 @@ class OwnTrainable(tune.Trainable):
         result = computed(self.runners.train_iteration(self.learner) if self.runners is not None
                           else self.learner.train_iteration())
         check_finite(result)
+        if int(self.config.get(SEEDS_KEY, 1)) > 1:  # the aggregate is what schedulers and searchers judge
+            from tune_runner.algos.seeds import with_aggregates
+
+            result = with_aggregates(result, self.config.get(AGGREGATE_KEY, DEFAULT_AGGREGATE))
         if self.task_fn is not None:
             result.update(self._advance_curriculum(result))
         device = getattr(self.learner, "device", "cpu")
@@ -104,7 +110,7 @@ class OwnTrainable(tune.Trainable):
                 continue
             if key == "lr":
                 if hasattr(self.learner, "optimizer"):  # a user's agent may keep its lr elsewhere
-                    out[key] = self.learner.optimizer.lr
+                    out[key] = _furthest(self.learner.optimizer.lr, self.config[key])
             else:
                 out[key] = getattr(getattr(self.learner, "config", None), ALIASES.get(key, key), None)
         return out
@@ -141,6 +147,17 @@ class OwnTrainable(tune.Trainable):
 
         runners = int(config.get("num_env_runners", 0) or 0)
         return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)
+
+
+def _furthest(applied: Any, requested: Any) -> Any:
+    """The applied value to audit: one seed's lr, or of several seeds' (a K-seed optimizer) the one furthest
+    from the requested value, so that a single seed training on a stale lr fails PBT's audit."""
+    if not isinstance(applied, (list, tuple)):
+        return applied
+    try:
+        return max(applied, key=lambda value: abs(float(value) - float(requested)))
+    except (TypeError, ValueError):  # a schedule: the audit compares numbers only
+        return applied[0]
 
 
 def own_trainable_class(name: str) -> type[tune.Trainable]:

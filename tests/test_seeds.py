@@ -1,0 +1,146 @@
+"""The pieces of K-seed learners (issue 16): seed derivation, the IQM and the other aggregates, per-seed
+results, minibatch plans, the batched MLP and the per-seed Adam. No learner runs here (test_seeds_ppo.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tune_runner.algos.batched import BatchedMLP, SeedAdam
+from tune_runner.algos.common import mlp
+from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, minibatch_plan, seed_metrics
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- aggregates -------------------------------------------------------------------------------------
+
+
+def test_iqm_is_the_mean_of_the_middle_half_by_hand():
+    # 4 values: the middle two. 8 values: the middle four.
+    assert iqm([100.0, 1.0, 3.0, 2.0]) == 2.5
+    assert iqm([8, 1, 7, 2, 6, 3, 5, 4]) == 4.5
+    # 3 values, sorted 1, 2, 10: the middle half of the mass [1/4, 3/4] takes 1/12 of 1, all 1/3 of 2 and
+    # 1/12 of 10: (1/12 * 1 + 4/12 * 2 + 1/12 * 10) / (1/2) = (1 + 8 + 10) / 6.
+    assert iqm([10.0, 1.0, 2.0]) == pytest.approx(19 / 6)
+    # 5 values, sorted 1, 2, 3, 4, 100: shares 0.15, 0.2, 0.15 of 2, 3, 4 -> (3*2 + 4*3 + 3*4) / 10.
+    assert iqm([4.0, 100.0, 1.0, 3.0, 2.0]) == pytest.approx(3.0)
+    assert iqm([7.0]) == 7.0 and iqm([1.0, 4.0]) == 2.5  # one or two values: their mean
+
+
+def test_iqm_agrees_with_scipy_trim_mean_where_that_is_defined_the_same_way():
+    values = np.random.default_rng(0).normal(size=12)
+    middle = np.sort(values)[3:9]  # 12 values: trim 3 at each end
+    assert iqm(values) == pytest.approx(middle.mean())
+
+
+def test_aggregate_by_each_rule_and_nan_does_not_hide():
+    values = [3.0, 1.0, 10.0, 2.0]
+    assert aggregate(values) == 2.5  # iqm by default
+    assert [aggregate(values, how) for how in ("mean", "min", "median")] == [4.0, 1.0, 2.5]
+    assert math.isnan(aggregate([1.0, float("nan"), 3.0], "min"))
+    with pytest.raises(ValueError, match="seed aggregate 'iq'.*iqm"):
+        aggregate(values, "iq")
+
+
+def test_seed_metrics_reports_each_seed_and_aggregates_counters_as_the_minimum():
+    per_seed = [{"episode_return_mean": 10.0, "env_steps": 1000, "episodes": 5, "policy_loss": 0.1},
+                {"episode_return_mean": 30.0, "env_steps": 990, "episodes": 7},  # took no gradient step
+                {"episode_return_mean": 20.0, "env_steps": 1004, "episodes": 6, "policy_loss": 0.3}]
+    result = seed_metrics(per_seed, how="mean")
+    assert result["seed_1/episode_return_mean"] == 30.0 and "seed_1/policy_loss" not in result
+    assert result["seed_2/env_steps"] == 1004
+    assert result["episode_return_mean"] == 20.0
+    assert (result["env_steps"], result["episodes"]) == (990, 5)
+    assert result["policy_loss"] == pytest.approx(0.2)  # over the seeds that computed it
+    assert seed_metrics(per_seed[:1]) == per_seed[0]  # one seed: its own names, nothing added
+
+
+# ---- seeds ------------------------------------------------------------------------------------------
+
+
+def test_derived_seeds_start_at_the_configs_seed_and_keep_env_streams_apart():
+    assert derived_seeds(7, 3) == [7, 7 + SEED_STRIDE, 7 + 2 * SEED_STRIDE]
+    # A vector env seeds env j with seed + j; rollout workers add 1000 * (w + 1). With 1024 envs per seed,
+    # 32 seeds and 8 workers, no two envs anywhere share a stream.
+    streams = [s + 1000 * w + j for s in derived_seeds(0, 32) for w in range(9) for j in range(1024)]
+    assert len(set(streams)) < len(streams)  # the workers' offsets overlap within one seed's envs...
+    per_seed = [{s + 1000 * w + j for w in range(9) for j in range(1024)} for s in derived_seeds(0, 32)]
+    assert sum(map(len, per_seed)) == len(set().union(*per_seed))  # ...as they always did; never across seeds
+
+
+def test_minibatch_plan_gives_each_seed_exactly_its_one_seed_sequence():
+    counts, size, epochs = [130, 0, 64], 64, 2
+    plan = minibatch_plan(counts, num_epochs=epochs, minibatch_size=size,
+                          rngs=[np.random.default_rng(s) for s in (1, 2, 3)])
+    offsets = [0, 130, 130]
+    for seed, count in enumerate(counts):
+        alone, rng = [], np.random.default_rng(seed + 1)  # what a one-seed learner draws and cuts
+        for _ in range(epochs if count else 0):
+            order = rng.permutation(count)
+            alone.extend(order[i:i + size] + offsets[seed] for i in range(0, count, size))
+        got = [mb.index[seed][:int(mb.mask[seed].sum()) if mb.mask is not None else None]
+               for mb in plan if mb.active[seed]]
+        assert len(got) == len(alone) and all(np.array_equal(a, b) for a, b in zip(got, alone, strict=True))
+        for mb in plan:  # padding repeats the seed's own rows (or any row, for a seed without data)
+            assert set(mb.index[seed].tolist()) <= set(range(offsets[seed], offsets[seed] + count)) or not count
+    assert len(plan) == 6 and [mb.active.tolist() for mb in plan[:2]] == [[True, False, True]] * 2
+    assert plan[2].mask[0].sum() == 2 and plan[2].mask.shape == (3, 2)  # 130 = 64 + 64 + 2
+    assert not plan[1].active[1] and plan[1].mask[1].sum() == 0
+
+
+# ---- batched layers and optimizer -------------------------------------------------------------------
+
+
+def nets(k: int, sizes=(3, 8, 8, 2)) -> list[torch.nn.Sequential]:
+    torch.manual_seed(0)
+    return [mlp(list(sizes), "tanh") for _ in range(k)]
+
+
+def test_batched_mlp_is_each_seeds_own_network():
+    seqs = nets(3)
+    batched = BatchedMLP(seqs)
+    x = torch.randn(3, 5, 3)
+    out = batched(x)
+    for i, seq in enumerate(seqs):
+        torch.testing.assert_close(out[i], seq(x[i]))
+        assert batched.seed_state(i).keys() == seq.state_dict().keys()
+    single = BatchedMLP(seqs[:1])
+    assert torch.equal(single(x[:1])[0], seqs[0](x[0]))  # one seed: nn.Linear's op itself, bit for bit
+
+
+def test_seed_adam_clips_and_steps_each_seed_alone_and_leaves_a_sat_out_seed_untouched():
+    seqs, copies = nets(3), nets(3)
+    batched = BatchedMLP(seqs)
+    ours = SeedAdam(list(batched.parameters()), num_seeds=3, lr=[0.05, 0.01, 0.02])
+    references = [torch.optim.Adam(c.parameters(), lr=lr) for c, lr in zip(copies, (0.05, 0.01, 0.02), strict=True)]
+    gen = torch.Generator().manual_seed(1)
+    for step in range(6):
+        x, y = torch.randn(3, 16, 3, generator=gen), torch.randn(3, 16, 2, generator=gen) * (1 + 10 * step)
+        active = np.array([True, step % 2 == 0, step != 3])  # seed 1 sits out every other step, seed 2 once
+        before = batched.seed_state(1)
+        ours.zero_grad()
+        ((batched(x) - y) ** 2).mean(dim=(1, 2)).sum().backward()
+        ours.clip_grad_norm_(0.5)  # binds for the large targets: per seed, not over all seeds
+        ours.step(active)
+        for i in np.flatnonzero(active):
+            references[i].zero_grad()
+            ((copies[i](x[i]) - y[i]) ** 2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(copies[i].parameters(), 0.5)
+            references[i].step()
+        for i, copy in enumerate(copies):
+            for key, value in copy.state_dict().items():
+                torch.testing.assert_close(batched.seed_state(i)[key], value, rtol=1e-5, atol=1e-6)
+        if not active[1]:
+            assert all(torch.equal(before[k], v) for k, v in batched.seed_state(1).items())
+    assert ours.steps == [6, 3, 5]
+    assert ours.seed_state_dict(1)["exp_avg"].shape == (sum(p.numel() for p in copies[1].parameters()),)

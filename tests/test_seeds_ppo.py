@@ -1,0 +1,200 @@
+"""Our PPO with num_seeds = K (issue 16): each seed trains as it would alone, checkpoints are exact and keep
+the one-seed format per seed, results carry every seed and their aggregate, rollout mode collects for all."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tests.test_algos import MaskedEnv, same, small_ppo
+from tune_runner.algos import PPO, PPOConfig
+from tune_runner.algos.seeds import aggregate
+from tune_runner.plugins import register_model
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ppo_state_k1.pkl"
+MASKED_ID = "TuneRlMaskedTest-v0"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def weights_close(k_learner: PPO, seed: int, alone: PPO, *, atol: float = 1e-5) -> float:
+    """The largest difference between seed `seed`'s weights in `k_learner` and `alone`'s (asserted small)."""
+    ours, theirs = k_learner.get_weights(), alone.get_weights()
+    worst = max(float(np.abs(ours[net][key][seed] - theirs[net][key]).max()) for net in theirs for key in theirs[net])
+    assert worst <= atol, f"seed {seed} differs from its run alone by {worst}"
+    return worst
+
+
+def minibatch_counts(learner: PPO, before: np.ndarray, size: int) -> set[int]:
+    """How many minibatches each seed cut in the iteration that took it from `before` env steps."""
+    return {-(-int(n) // size) for n in learner.seed_env_steps - before}
+
+
+def masked_env() -> str:
+    if MASKED_ID not in gym.registry:
+        gym.register(MASKED_ID, entry_point=MaskedEnv)
+    return MASKED_ID
+
+
+# CartPole's seeds end episodes at different times, so their valid steps differ: minibatch 62 makes them cut
+# 4 or 5 minibatches (padding, and seeds that sit out the last steps). Acrobot (6 features, 3 actions, not a
+# tuned env) and the masked env (action masks) end every episode on the same step in all seeds.
+@pytest.mark.parametrize(("env_id", "overrides", "iterations"), [
+    ("CartPole-v1", {"minibatch_size": 62, "lr": [[0, 3e-3], [2000, 1e-3]]}, 6),
+    ("Acrobot-v1", {"num_envs_per_env_runner": 2, "minibatch_size": 100, "entropy_coeff": 0.01}, 4),
+    ("masked", {"minibatch_size": 50}, 3),
+], ids=["cartpole", "acrobot", "masked"])
+def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterations):
+    env_id = masked_env() if env_id == "masked" else env_id
+    config = small_ppo(seed=11, **overrides)
+    together = PPO(PPOConfig.from_dict({**vars_of(config), "num_seeds": 3}), env_id=env_id)
+    alone = [PPO(PPOConfig.from_dict({**vars_of(config), "seed": s}), env_id=env_id) for s in together.seeds]
+    ragged = False  # some iteration gave the seeds different numbers of minibatches (padding, sat-out steps)
+    for _ in range(iterations):
+        before = together.seed_env_steps.copy()
+        result = together.train_iteration()
+        ragged |= len(minibatch_counts(together, before, config.minibatch_size)) > 1
+        for i, learner in enumerate(alone):
+            own = learner.train_iteration()
+            assert result[f"seed_{i}/env_steps"] == own["env_steps"]
+            assert result[f"seed_{i}/episodes"] == own["episodes"]
+            assert result[f"seed_{i}/policy_loss"] == pytest.approx(own["policy_loss"], rel=1e-3, abs=1e-6)
+    assert ragged or env_id != "CartPole-v1", "the seeds never cut different minibatch counts: the test proves less"
+    for i, learner in enumerate(alone):
+        weights_close(together, i, learner)
+    # The seeds are independent runs, not copies.
+    w = together.get_weights()["pi"]["0.weight"]
+    assert not np.allclose(w[0], w[1])
+
+
+def vars_of(config: PPOConfig) -> dict:
+    return {k: v for k, v in vars(config).items() if k not in ("num_seeds",)}
+
+
+def test_results_hold_every_seed_and_the_aggregate():
+    learner = PPO(small_ppo(num_seeds=3, seed_aggregate="median"), env_id="CartPole-v1")
+    for _ in range(3):
+        result = learner.train_iteration()
+    for name in ("episode_return_mean", "episode_len_mean", "policy_loss", "vf_loss", "entropy", "kl", "lr"):
+        per_seed = [result[f"seed_{i}/{name}"] for i in range(3)]
+        assert result[name] == aggregate(per_seed, "median")
+    assert result["env_steps"] == min(result[f"seed_{i}/env_steps"] for i in range(3)) == learner.env_steps
+    assert result["episodes"] == min(result[f"seed_{i}/episodes"] for i in range(3)) > 0
+    assert "seed_3/episode_return_mean" not in result and "seed_0/sps" not in result
+    one = PPO(small_ppo(), env_id="CartPole-v1").train_iteration()
+    assert not any(key.startswith("seed_") for key in one)  # one seed: the names it always had
+
+
+def test_a_k_seed_checkpoint_restores_exactly_and_each_seed_is_a_one_seed_checkpoint():
+    config = small_ppo(num_seeds=3, lr=[[0, 1e-3], [600, 1e-4]])
+    original = PPO(config, env_id="CartPole-v1")
+    for _ in range(2):
+        original.train_iteration()
+    state = pickle.loads(pickle.dumps(original.get_state()))
+    assert state["num_seeds"] == 3 and len(state["seeds"]) == 3
+    restored = PPO(config, env_id="CartPole-v1")
+    restored.set_state(state)
+    assert restored.stats.lengths.any()  # mid-episode
+    lone = PPO(small_ppo(seed=original.seeds[2], lr=[[0, 1e-3], [600, 1e-4]]), env_id="CartPole-v1")
+    lone.set_state(state["seeds"][2])  # seed 2's part, in the one-seed format
+    for _ in range(2):
+        assert same(original.train_iteration(), restored.train_iteration())
+        lone.train_iteration()
+    assert all(np.array_equal(a, b) for net in ("pi", "vf")
+               for a, b in zip(original.get_weights()[net].values(), restored.get_weights()[net].values(),
+                               strict=True))
+    weights_close(original, 2, lone)
+    with pytest.raises(ValueError, match="state of 3 seed.*num_seeds=2"):
+        PPO(small_ppo(num_seeds=2), env_id="CartPole-v1").set_state(state)
+
+
+def test_a_one_seed_state_written_before_seeds_existed_restores_and_continues_as_it_did():
+    saved = pickle.loads(FIXTURE.read_bytes())  # tests/fixtures/make_ppo_state_fixture.py, run on the old code
+    learner = PPO(PPOConfig.from_dict(saved["config"]), env_id="CartPole-v1")
+    learner.set_state(saved["state"])
+    result = learner.train_iteration()
+    assert result.keys() - {"sps"} == saved["next_result"].keys()
+    for key, value in saved["next_result"].items():
+        assert result[key] == pytest.approx(value, rel=1e-6), key
+    for net, arrays in saved["next_weights"].items():
+        for key, value in arrays.items():
+            np.testing.assert_allclose(learner.get_weights()[net][key], value, rtol=1e-5, atol=1e-7)
+    assert set(learner.get_state()) == set(saved["state"])  # and one seed still saves that format
+
+
+@register_model("tune_rl_test_seeds_net")
+class TwoLayer(nn.Module):
+    def __init__(self, num_inputs, num_outputs, args):
+        super().__init__()
+        self.hidden, self.out = nn.Linear(num_inputs, 12), nn.Linear(12, num_outputs)
+
+    def forward(self, obs):
+        return self.out(torch.relu(self.hidden(obs)))
+
+
+@register_model("tune_rl_test_seeds_branchy")
+class Branchy(TwoLayer):
+    def forward(self, obs):
+        if obs.sum() > 0:  # data-dependent Python control flow: vmap cannot run it
+            return self.out(self.hidden(obs))
+        return self.out(torch.relu(self.hidden(obs)))
+
+
+def test_a_registered_model_trains_k_seeds_through_vmap_or_is_refused_in_one_line():
+    config = {**vars_of(small_ppo(seed=4)), "model": "tune_rl_test_seeds_net"}
+    together = PPO(PPOConfig.from_dict({**config, "num_seeds": 2}), env_id="CartPole-v1")
+    alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id="CartPole-v1") for s in together.seeds]
+    for _ in range(2):
+        together.train_iteration()
+        for learner in alone:
+            learner.train_iteration()
+    for i, learner in enumerate(alone):
+        weights_close(together, i, learner)
+    assert set(together.get_state()["seeds"][0]["pi"]) == set(alone[0].get_state()["pi"]) == {
+        "hidden.weight", "hidden.bias", "out.weight", "out.bias"}
+    with pytest.raises(ValueError, match="model 'tune_rl_test_seeds_branchy' does not run under torch.func.vmap"):
+        PPO(PPOConfig.from_dict({**config, "model": "tune_rl_test_seeds_branchy", "num_seeds": 2}),
+            env_id="CartPole-v1")
+    PPO(PPOConfig.from_dict({**config, "model": "tune_rl_test_seeds_branchy"}), env_id="CartPole-v1")  # K = 1 runs
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [("num_seeds", 0, "must be > 0"),
+                                                    ("num_seeds", 2.5, "must be a whole number"),
+                                                    ("seed_aggregate", "iqr", "did you mean")])
+def test_seed_settings_are_checked_naming_the_key(key, value, says):
+    with pytest.raises(ValueError, match=f"(?s){key}.*{says}"):
+        PPOConfig.from_dict({key: value})
+
+
+def test_rollout_mode_collects_for_every_seed_and_each_seed_trains_as_it_would_alone():
+    from tests.test_rollouts import PPO_CONFIG, WORKERS, stand_ins
+    from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.rollouts import Workers
+
+    def rollout_run(config: dict) -> tuple[PPO, list[dict]]:
+        trainer = build_learner("ppo", config)
+        workers, gather, _ = stand_ins("ppo", config)
+        results = [trainer.train_iteration(Workers(trainer, gather=gather, count=WORKERS)) for _ in range(3)]
+        assert all(w.get_weights().keys() == trainer.get_weights().keys() for w in workers)
+        return trainer, results
+
+    config = {**PPO_CONFIG, "minibatch_size": 100}
+    together, results = rollout_run({**config, "num_seeds": 2})
+    assert together.env.num_envs == 2 * config["num_envs_per_env_runner"]
+    for i, seed in enumerate(together.seeds):
+        alone, own = rollout_run({**config, "seed": seed})
+        assert [r[f"seed_{i}/env_steps"] for r in results] == [r["env_steps"] for r in own]
+        assert [r[f"seed_{i}/episodes"] for r in results] == [r["episodes"] for r in own]
+        weights_close(together, i, alone)

@@ -1,0 +1,119 @@
+"""seeds_per_trial in a trial of our PPO (no Ray): the aggregate it reports, PBT's exploit of a K-seed checkpoint,
+and which seed a policy is read from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
+from tune_runner.spec.seeds import per_seed
+from tune_runner.trainables.own import OwnPPO
+
+CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 2, "train_batch_size_per_learner": 128,
+          "minibatch_size": 64, "num_epochs": 1, "lr": 1e-3, "seed": 3, "metrics_num_episodes_for_smoothing": 5,
+          SEEDS_KEY: 3, AGGREGATE_KEY: "min"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def seed_weights(trainable) -> list[list[np.ndarray]]:
+    """Each seed's parameters, from its one-seed state."""
+    state = trainable.learner.get_state()
+    return [[t.numpy() for net in ("pi", "vf") for t in seed[net].values()] for seed in state["seeds"]]
+
+
+def test_a_trial_of_three_seeds_reports_each_and_their_aggregate():
+    trial = OwnPPO(config=dict(CONFIG))
+    result = [trial.train() for _ in range(3)][-1]
+    returns = per_seed(result, "episode_return_mean")
+    assert len(returns) == 3 and len(set(returns)) == 3  # three seeds that learned apart
+    assert result["episode_return_mean"] == min(returns)  # the space's seed_aggregate, not the learner's default
+    assert result["env_steps"] == min(per_seed(result, "env_steps")) > 2 * 128  # less the autoreset steps
+    trial.stop()
+
+
+def test_pbts_exploit_copies_all_three_seeds_and_keeps_the_exploiting_trials_new_lr(tmp_path):
+    donor = OwnPPO(config=dict(CONFIG))
+    for _ in range(2):
+        donor.train()
+    checkpoint = donor.save(str(tmp_path / "donor"))
+    taker = OwnPPO(config={**CONFIG, "seed": 11, "lr": 3e-3})
+    taker.train()
+    mutated = {**CONFIG, "lr": 5e-4}  # PBT: the donor's state, a perturbed config
+    assert taker.reset_config(mutated)
+    taker.restore(checkpoint)
+    for theirs, ours in zip(seed_weights(donor), seed_weights(taker), strict=True):
+        for a, b in zip(theirs, ours, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert taker.learner.get_state()["seeds"][2]["env_steps"] == donor.learner.get_state()["seeds"][2]["env_steps"]
+    result = taker.train()
+    assert result["lr"] == pytest.approx(5e-4) and all(v == pytest.approx(5e-4) for v in per_seed(result, "lr"))
+    donor.stop()
+    taker.stop()
+
+
+def test_a_policy_is_read_from_the_seed_whose_recent_episodes_returned_most():
+    from tune_runner.trainables.checkpoints import policy_seed
+
+    seeds = [{"stats": {"recent_returns": r}, "id": i} for i, r in enumerate([[10.0, 30.0], [50.0, 40.0], [], [45.0]])]
+    assert policy_seed({"num_seeds": 4, "seeds": seeds}) == (seeds[1], 1)
+    one = {"stats": {"recent_returns": [1.0]}}
+    assert policy_seed(one) == (one, None)
+    tied = [{"stats": {"recent_returns": [5.0]}}, {"stats": {"recent_returns": [5.0]}}]
+    assert policy_seed({"num_seeds": 2, "seeds": tied})[1] == 0
+
+
+def test_a_user_agent_of_several_seeds_gets_the_aggregate_added_by_the_trial(monkeypatch):
+    from tune_runner.plugins import AGENTS, register_agent
+    from tune_runner.trainables.own import own_trainable_class
+
+    monkeypatch.setattr(AGENTS, "_entries", dict(AGENTS._entries))  # undone after the test
+
+    @register_agent("three_coins")
+    class Coins:  # reports per seed only: the trial adds the plain names
+        seeds_per_trial = True
+
+        @staticmethod
+        def add_args(parser):
+            parser.add_argument("--bias", type=float, default=0.0)
+
+        def __init__(self, args):
+            self.args, self.steps = args, 0
+
+        def train_iteration(self):
+            self.steps += 10
+            values = [self.args.bias + 100.0 * i for i in range(self.args.num_seeds)]
+            return {**{f"seed_{i}/episode_return_mean": v for i, v in enumerate(values)},
+                    **{f"seed_{i}/env_steps": self.steps for i in range(self.args.num_seeds)}}
+
+        def compute_actions(self, obs, explore=False):
+            return np.zeros(len(obs), dtype=np.int64)
+
+    trial = own_trainable_class("three_coins")(config={"env": "CartPole-v1", "bias": 1.0, SEEDS_KEY: 4,
+                                                        AGGREGATE_KEY: "iqm"})
+    result = trial.train()
+    assert result["episode_return_mean"] == pytest.approx(151.0)  # the middle two of 1, 101, 201, 301
+    assert result["env_steps"] == 10
+    trial.stop()
+
+
+def test_the_pbt_audit_sees_a_single_seed_left_on_a_stale_lr():
+    from tune_runner.audit import AuditError, audit_result
+
+    trial = OwnPPO(config=dict(CONFIG))
+    trial.train()
+    audited = audit_result(trial.config, trial.applied())
+    assert audited["applied/lr"] == audited["requested/lr"] == 1e-3
+    trial.learner.optimizer.lr = [1e-3, 2e-3, 1e-3]  # seed 1 still on a donor's lr
+    with pytest.raises(AuditError, match="lr"):
+        audit_result(trial.config, trial.applied())
+    trial.stop()

@@ -1,0 +1,352 @@
+"""Building blocks for K independent seeds trained as one batched model (issue 16).
+
+Our networks are small, so on a CPU an update costs mostly per-op overhead: K seeds' networks
+evaluated as one batched model, and K optimizer states stepped as one tensor, cost far less than K
+separate ones. Nothing here mixes seeds: seed i's outputs depend only on seed i's parameters and
+inputs, its gradient only on its own loss.
+
+- `BatchedMLP`: K Linear/activation stacks as weights [K, out, in] (one `baddbmm` per layer).
+- `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`.
+- `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
+  step counts and learning rates, and seeds that sit a step out.
+- `SeedEnvs`: K seeds' vector envs stepped as one.
+
+Per-seed bookkeeping without torch (seed derivation, episode windows, metrics, minibatch plans) is in
+tune_runner.algos.seeds.
+
+Every module takes inputs shaped [K, batch, ...] and gives outputs [K, batch, ...]; parameters carry
+the seed as their first axis. With K = 1 each does what the one-seed code did, op for op where it
+matters for speed. `seed_state(i)` / `load_seed_state(i, ...)` read and write one seed in the format
+of a one-seed learner, so a K-seed checkpoint is K one-seed checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tune_runner.algos.common import Step, VecEnv
+
+# SeedAdam's parameters are strided views of one [K, P] buffer, and their gradients views with the same
+# strides, so backward accumulates in place as intended; torch warns about any parameter with gaps.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+
+class BatchedMLP(nn.Module):
+    """K `nn.Sequential`s of Linear layers and stateless activations, as one module.
+
+    The parameters are, in the order the sequentials list theirs, each Linear's weight [K, out, in]
+    and bias [K, out], so the optimizer's flat layout per seed is that of one sequential. One seed's
+    have no seed axis: nn.Linear's shapes and op, without a select per parameter in every pass.
+    """
+
+    def __init__(self, nets: Sequence[nn.Sequential]) -> None:
+        super().__init__()
+        self.num_seeds = len(nets)
+        ops: list[int | nn.Module] = []  # an int: the Linear layer with that number; else applied as is
+        self.keys: list[str] = []  # the one-seed state-dict key of each parameter
+        params = []
+        for index, module in enumerate(nets[0]):
+            if isinstance(module, nn.Linear):
+                ops.append(len(params) // 2)
+                for name in ("weight", "bias"):
+                    tensors = [getattr(net[index], name).detach() for net in nets]
+                    params.append(nn.Parameter(torch.stack(tensors) if len(nets) > 1 else tensors[0].clone()))
+                    self.keys.append(f"{index}.{name}")
+            elif any(True for _ in module.parameters()):
+                raise ValueError(f"BatchedMLP takes Linear layers and parameter-free modules, got {module}")
+            else:
+                ops.append(module)
+        self.params = nn.ParameterList(params)
+        # Each step of the forward pass as one callable, built once: at K = 1 the per-layer Python (ParameterList
+        # indexing, isinstance) costs as much as the layer. The Parameter objects stay the same when SeedAdam
+        # re-homes their data.
+        self._steps = [self._linear(*params[2 * op:2 * op + 2]) if isinstance(op, int) else op for op in ops]
+
+    def _linear(self, weight: nn.Parameter, bias: nn.Parameter) -> Callable[[torch.Tensor], torch.Tensor]:
+        if self.num_seeds == 1:  # nn.Linear's own op on 2-D tensors, as the one-seed learner always ran
+            return lambda x: F.linear(x, weight, bias)
+        return lambda x: torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
+        with_axis = self.num_seeds > 1 or x.dim() == 3
+        if self.num_seeds == 1 and with_axis:
+            x = x[0]
+        for step in self._steps:
+            x = step(x)
+        return x.unsqueeze(0) if self.num_seeds == 1 and with_axis else x
+
+    def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
+        """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
+        return {key: seed_row(p, seed, self.num_seeds).detach().cpu().clone()
+                for key, p in zip(self.keys, self.params, strict=True)}
+
+    def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
+        """Write `seed_state`'s format into seed `seed`, in place (the optimizer's views stay)."""
+        load_into(dict(zip(self.keys, self.params, strict=True)), seed, state, num_seeds=self.num_seeds)
+
+
+def seed_row(tensor: torch.Tensor, seed: int, num_seeds: int) -> torch.Tensor:
+    """Seed `seed`'s part of a batched tensor: row `seed`, or with one seed (no seed axis) the tensor itself."""
+    return tensor if num_seeds == 1 else tensor[seed]
+
+
+def load_into(tensors: Mapping[str, torch.Tensor], seed: int, state: Mapping[str, Any], *, num_seeds: int) -> None:
+    """Copy `state` into seed `seed`'s part of each of `tensors` (same keys, same per-seed shapes), in place."""
+    if set(state) != set(tensors):
+        raise ValueError(f"weights with keys {sorted(state)} do not fit a network with {sorted(tensors)}")
+    with torch.no_grad():
+        for key, tensor in tensors.items():
+            value = state[key] if isinstance(state[key], torch.Tensor) else torch.as_tensor(np.asarray(state[key]))
+            target = seed_row(tensor, seed, num_seeds)
+            if value.shape != target.shape:
+                raise ValueError(f"weights {key!r} of shape {tuple(value.shape)} do not fit {tuple(target.shape)}")
+            target.copy_(value)
+
+
+class StackedModule(nn.Module):
+    """K copies of any module (a registered model) evaluated as one, through torch.func.vmap.
+
+    With K = 1 the module itself runs, unchanged. With K > 1 its parameters and buffers are stacked
+    ([K, ...] each) and `functional_call` runs the module's own forward under `vmap`; a module that
+    vmap cannot run (data-dependent Python control flow, in-place buffer updates, .item()) is refused
+    at construction with a ValueError.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], *, num_inputs: int, name: str) -> None:
+        super().__init__()
+        self.num_seeds = len(modules)
+        if self.num_seeds == 1:
+            self.module = modules[0]
+            return
+        params, buffers = torch.func.stack_module_state(list(modules))
+        self.names = list(params)
+        self.params = nn.ParameterList([nn.Parameter(params[n]) for n in self.names])
+        self.buffers_ = buffers
+        self.keys = list(modules[0].state_dict())
+        self._skeleton = [copy.deepcopy(modules[0]).to("meta")]  # in a list: not a submodule, no parameters
+        try:
+            self(torch.zeros(self.num_seeds, 2, num_inputs, device=self.params[0].device)).sum().backward()
+        except Exception as exc:  # noqa: BLE001 - the user's module: one line naming it
+            raise ValueError(f"model {name!r} does not run under torch.func.vmap ({type(exc).__name__}: {exc}); "
+                             f"num_seeds > 1 needs that: use num_seeds=1 or the built-in mlp") from None
+        for p in self.params:
+            p.grad = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
+        if self.num_seeds == 1:
+            return self.module(x[0]).unsqueeze(0) if x.dim() == 3 else self.module(x)
+        skeleton = self._skeleton[0]
+
+        def call(params: dict, buffers: dict, inputs: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(skeleton, (params, buffers), (inputs,))
+
+        return torch.func.vmap(call)(dict(zip(self.names, self.params, strict=True)), self.buffers_, x)
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        tensors = {**dict(zip(self.names, self.params, strict=True)), **self.buffers_}
+        return {key: tensors[key] for key in self.keys}
+
+    def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
+        """Seed `seed`'s state dict in the module's own format (CPU copies)."""
+        if self.num_seeds == 1:
+            return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
+        return {key: t[seed].detach().cpu().clone() for key, t in self._tensors().items()}
+
+    def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
+        """Write `seed_state`'s format into seed `seed`, in place."""
+        if self.num_seeds == 1:
+            self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) if not isinstance(v, torch.Tensor) else v
+                                         for k, v in state.items()})
+        else:
+            load_into(self._tensors(), seed, state, num_seeds=self.num_seeds)
+
+
+class SeedAdam:
+    """Adam (torch.optim.Adam's update, no weight decay) for K seeds' parameters in one [K, P] buffer.
+
+    Each parameter (and its gradient) becomes a view into row-blocks of one flat [K, P] tensor: seed
+    i's parameters are row i, laid out as one seed's flat parameter vector (common.FlatAdam's layout).
+    A step, per-seed clipping and zeroing are a few ops on the whole buffer. Each seed has its own step
+    count and learning rate; `step(active)` leaves the seeds that had no minibatch exactly as they were
+    (a zero gradient would still move Adam's moments). Parameters must have the seed as their first
+    axis when K > 1. Build it after the modules reach their device.
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter], *, num_seeds: int, lr: float | Sequence[float],
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params, self.num_seeds = list(params), num_seeds
+        self.lr, self.betas, self.eps = lr, betas, eps
+        if num_seeds > 1 and any(p.shape[:1] != (num_seeds,) for p in self.params):
+            raise ValueError(f"SeedAdam for {num_seeds} seeds needs parameters with the seed as their first axis, "
+                             f"got shapes {[tuple(p.shape) for p in self.params]}")
+        sizes = [p.numel() // num_seeds for p in self.params]
+        first = self.params[0]
+        self.flat = torch.empty(num_seeds, sum(sizes), dtype=first.dtype, device=first.device)
+        self.grad = torch.zeros_like(self.flat)
+        offset = 0
+        with torch.no_grad():
+            for p, n in zip(self.params, sizes, strict=True):
+                self.flat[:, offset:offset + n].copy_(p.reshape(num_seeds, n))
+                p.data = self.flat[:, offset:offset + n].view(p.shape)
+                p.grad = self.grad[:, offset:offset + n].view(p.shape)  # backward adds into it in place
+                offset += n
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+        self.steps = [0] * num_seeds  # Python ints: numpy's per-call cost shows in a one-seed step
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """Scale each seed's gradient down to 2-norm `max_norm` (torch.nn.utils.clip_grad_norm_'s rule, per seed)."""
+        norms = torch.linalg.vector_norm(self.grad, dim=1, keepdim=True)
+        self.grad.mul_(torch.clamp(max_norm / (norms + 1e-6), max=1.0))
+
+    @torch.no_grad()
+    def step(self, active: np.ndarray | None = None) -> None:
+        """One Adam step of the seeds where `active` (default: all) is True; the others stay untouched."""
+        if active is not None and not active.all():
+            rows = np.flatnonzero(active)
+            for row in rows.tolist():
+                self.steps[row] += 1
+            if len(rows):
+                self._step_rows(rows)
+            return
+        self.steps = [step + 1 for step in self.steps]
+        lrs = [self.lr] * self.num_seeds if isinstance(self.lr, (int, float)) else list(self.lr)
+        if self.num_seeds == 1 or (len(set(lrs)) == 1 and len(set(self.steps)) == 1):
+            self._step_alike(self.steps[0], float(lrs[0]))
+        else:
+            self._step_rows(None)
+
+    def _step_alike(self, step: int, lr: float) -> None:
+        """Every seed at the same step count and lr (always so with one seed): FlatAdam's ops, bit for bit."""
+        beta1, beta2 = self.betas
+        self.exp_avg.lerp_(self.grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
+        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
+        self.flat.addcdiv_(self.exp_avg, denom, value=-lr / (1 - beta1 ** step))
+
+    def _lrs(self) -> np.ndarray:
+        """Each seed's lr (`lr` is one float for all, or one per seed)."""
+        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
+
+    def _step_rows(self, rows: np.ndarray | None) -> None:
+        """The step of `rows` (None: all), each with its own step count and lr."""
+        beta1, beta2 = self.betas
+        which = slice(None) if rows is None else rows
+        steps, lrs = np.asarray(self.steps, dtype=np.float64)[which], self._lrs()[which]
+        index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
+        grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
+                                           for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        column = {"dtype": flat.dtype, "device": flat.device}
+        correction2 = torch.tensor(np.sqrt(1 - beta2 ** steps), **column)[:, None]
+        step_size = torch.tensor(-lrs / (1 - beta1 ** steps), **column)[:, None]
+        flat.addcmul_(exp_avg / (exp_avg_sq.sqrt() / correction2).add_(self.eps), step_size)
+        if index is not None:  # t[index] made copies: write them back
+            for target, value in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq), (self.flat, flat)):
+                target.index_copy_(0, index, value)
+
+    def seed_state_dict(self, seed: int) -> dict[str, Any]:
+        """Seed `seed`'s moments and step count (CPU copies), in common.FlatAdam.state_dict's format."""
+        return {"steps": int(self.steps[seed]), "exp_avg": self.exp_avg[seed].detach().cpu().clone(),
+                "exp_avg_sq": self.exp_avg_sq[seed].detach().cpu().clone()}
+
+    def load_seed_state_dict(self, seed: int, state: Mapping[str, Any]) -> None:
+        """Continue seed `seed` from `seed_state_dict` (or a FlatAdam state); the lr stays this optimizer's."""
+        if tuple(state["exp_avg"].shape) != tuple(self.flat.shape[1:]):
+            raise ValueError(f"optimizer state for {state['exp_avg'].numel()} parameters, this one has "
+                             f"{self.flat.shape[1]} per seed: the network sizes differ")
+        self.steps[seed] = int(state["steps"])
+        self.exp_avg[seed].copy_(state["exp_avg"])
+        self.exp_avg_sq[seed].copy_(state["exp_avg_sq"])
+
+
+def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Uniform [0, 1) noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
+    if len(generators) == 1:
+        return torch.rand(tuple(shape), generator=generators[0])
+    noise = torch.empty(tuple(shape))
+    for row, generator in zip(noise, generators, strict=True):
+        torch.rand(row.shape, generator=generator, out=row)
+    return noise
+
+
+class SeedEnvs:
+    """K seeds' vector envs stepped as one vector env of K * n envs: seed i owns envs i*n .. i*n + n - 1.
+
+    Each seed keeps a vector env of its own (common.VecEnv): a numpy-vectorized env such as CartPole's
+    draws every reset from one generator, so a shared env could not give each seed the envs it has
+    alone. With K = 1 it is that one env's arrays, untouched.
+    """
+
+    def __init__(self, envs: Sequence[VecEnv]) -> None:
+        self.envs = list(envs)
+        first = self.envs[0]
+        self.num_seeds, self.envs_per_seed = len(self.envs), first.num_envs
+        self.num_envs = self.num_seeds * self.envs_per_seed
+        self.obs_dim, self.num_actions, self.masked = first.obs_dim, first.num_actions, first.masked
+
+    def _joined(self, name: str) -> Any:
+        if self.num_seeds == 1:
+            return getattr(self.envs[0], name)
+        parts = [getattr(env, name) for env in self.envs]
+        return None if parts[0] is None else np.concatenate(parts)
+
+    @property
+    def obs(self) -> np.ndarray:
+        return self._joined("obs")
+
+    @property
+    def mask(self) -> np.ndarray | None:
+        return self._joined("mask")
+
+    @property
+    def resetting(self) -> np.ndarray:
+        return self._joined("resetting")
+
+    @property
+    def env(self) -> Any:
+        """The gymnasium vector env of a one-seed learner (curriculum tasks are set on it)."""
+        if self.num_seeds > 1:
+            raise AttributeError(f"{self.num_seeds} seeds have one vector env each: use .envs[i].env")
+        return self.envs[0].env
+
+    def step(self, actions: np.ndarray) -> Step:
+        """One step of every env of every seed; `actions` [K * n]."""
+        if self.num_seeds == 1:
+            return self.envs[0].step(actions)
+        n = self.envs_per_seed
+        steps = [env.step(actions[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
+        return Step(*(np.concatenate(part) for part in zip(*steps, strict=True)))
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def seed_weights(net: BatchedMLP | StackedModule) -> dict[str, np.ndarray]:
+    """A batched network's weights as numpy arrays: one seed's state dict, or with K > 1 each array stacked
+    with the seed as its first axis."""
+    states = [net.seed_state(i) for i in range(net.num_seeds)]
+    if net.num_seeds == 1:
+        return {key: value.numpy() for key, value in states[0].items()}
+    return {key: np.stack([state[key].numpy() for state in states]) for key in states[0]}
+
+
+def load_seed_weights(net: BatchedMLP | StackedModule, weights: Mapping[str, Any]) -> None:
+    """Load `seed_weights`' output into `net`."""
+    for i in range(net.num_seeds):
+        net.load_seed_state(i, weights if net.num_seeds == 1 else {key: value[i] for key, value in weights.items()})
