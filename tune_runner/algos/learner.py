@@ -14,12 +14,16 @@ learner did compute is divergence (tune_runner.audit.check_finite).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
+from tune_runner.algos.common import scheduled
 from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
+
+if TYPE_CHECKING:
+    from tune_runner.algos.batched import SeedAdam
+    from tune_runner.algos.seeds import SeedStats
 
 
 class Learner(Protocol):
@@ -46,11 +50,12 @@ class Replay(Sampler, Protocol):
     round_steps: int | None
     """Env steps sampled before each round of gradient steps; None: the whole iteration in one round."""
 
-    def size(self) -> int:
-        """Transitions the replay memory holds."""
+    def size(self) -> np.ndarray:
+        """Transitions the replay memory holds for each seed, [K]."""
 
-    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
-        """`count` minibatches of `batch_size` transitions each."""
+    def minibatches(self, counts: Sequence[int], batch_size: int) -> list[dict[str, np.ndarray]]:
+        """max(counts) minibatches of [K, batch_size] transitions: seed i's own in the first counts[i] of them
+        (replay.SeedReplay.minibatches)."""
 
 
 class OwnLearner(Learner, Protocol):
@@ -58,6 +63,8 @@ class OwnLearner(Learner, Protocol):
 
     config: Any
     env_steps: int
+    seed_env_steps: np.ndarray
+    """Each seed's env steps, [num_seeds]; setting env_steps sets them all."""
 
     def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
         """The networks a rollout worker acts with, as numpy arrays."""
@@ -76,19 +83,35 @@ class OwnLearner(Learner, Protocol):
 
 
 class LearnerBase:
-    """The bookkeeping PPO and DQN share: the lr schedule, remote batches, episode metrics."""
+    """The bookkeeping PPO and DQN share for their `num_seeds` seeds (tune_runner.algos.seeds): env steps and
+    lr schedules per seed, remote batches, each seed's episode metrics."""
 
     action_spaces = ACTION_SPACES  # the envs our vector env takes (checked before launch)
     observation_spaces = OBSERVATION_SPACES
     config: Any
-    optimizer: FlatAdam
-    stats: EpisodeStats
-    env_steps: int
+    seeds: list[int]
+    optimizer: SeedAdam
+    stats: SeedStats
+    seed_env_steps: np.ndarray  # [K] each seed's env steps
 
-    def apply_lr_schedule(self) -> float:
-        """Set the optimizer's lr to the schedule's value at this learner's env steps; that value."""
-        self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
-        return self.optimizer.lr
+    @property
+    def num_seeds(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps per seed: the fewest any seed has taken (seeds differ by their autoreset steps)."""
+        return int(self.seed_env_steps.min())
+
+    @env_steps.setter
+    def env_steps(self, value: int) -> None:
+        self.seed_env_steps[:] = value
+
+    def apply_lr_schedule(self) -> list[float]:
+        """Each seed's lr from the schedule at its own env steps, set on the optimizer (a float for one seed)."""
+        lrs = [scheduled(self.config.lr, int(steps)) for steps in self.seed_env_steps]
+        self.optimizer.lr = lrs[0] if self.num_seeds == 1 else lrs
+        return lrs
 
     def absorb(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Count batches collected elsewhere (rollout workers') into this learner's env steps and
@@ -102,16 +125,15 @@ class LearnerBase:
         return merged
 
     def count_batch(self, batch: Mapping[str, Any]) -> None:
-        """Count one batch collected elsewhere into the env steps and the episode window."""
-        self.env_steps += int(batch["env_steps"])
-        self.stats.add_finished(batch["episode_returns"], batch["episode_lens"])
+        """Count a rollout worker's batch into each seed's env steps and episode window."""
+        self.seed_env_steps += np.asarray(batch["seed_env_steps"], dtype=np.int64)
+        self.stats.add_finished(batch["episode_returns"], batch["episode_lens"], batch["episode_seeds"])
 
     def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The learner's own data of several batches as one (counts and episodes are merged by absorb)."""
         raise NotImplementedError
 
-    def episode_metrics(self) -> dict[str, float]:
-        """The return and length over the recent episodes, and the counters."""
-        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
-                "episodes": self.stats.episodes, "env_steps": self.env_steps}
-
+    def seed_episode_metrics(self, seed: int) -> dict[str, float]:
+        """Seed `seed`'s return and length over its recent episodes, and its counters."""
+        return {"episode_return_mean": self.stats.return_mean(seed), "episode_len_mean": self.stats.len_mean(seed),
+                "episodes": int(self.stats.seed_episodes[seed]), "env_steps": int(self.seed_env_steps[seed])}
