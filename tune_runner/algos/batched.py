@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,12 +51,12 @@ class BatchedMLP(nn.Module):
     def __init__(self, nets: Sequence[nn.Sequential]) -> None:
         super().__init__()
         self.num_seeds = len(nets)
-        self.ops: list[int | nn.Module] = []  # an int: the Linear layer with that number; else applied as is
+        ops: list[int | nn.Module] = []  # an int: the Linear layer with that number; else applied as is
         self.keys: list[str] = []  # the one-seed state-dict key of each parameter
         params = []
         for index, module in enumerate(nets[0]):
             if isinstance(module, nn.Linear):
-                self.ops.append(len(params) // 2)
+                ops.append(len(params) // 2)
                 for name in ("weight", "bias"):
                     tensors = [getattr(net[index], name).detach() for net in nets]
                     params.append(nn.Parameter(torch.stack(tensors) if len(nets) > 1 else tensors[0].clone()))
@@ -64,24 +64,26 @@ class BatchedMLP(nn.Module):
             elif any(True for _ in module.parameters()):
                 raise ValueError(f"BatchedMLP takes Linear layers and parameter-free modules, got {module}")
             else:
-                self.ops.append(module)
+                ops.append(module)
         self.params = nn.ParameterList(params)
-        # (weight, bias) per layer in a plain list: ParameterList's indexing costs more than the layer at K = 1.
-        # The Parameter objects stay the same when SeedAdam re-homes their data, or .to() moves it.
-        self._layers = [(params[i], params[i + 1]) for i in range(0, len(params), 2)]
+        # Each step of the forward pass as one callable, built once: at K = 1 the per-layer Python (ParameterList
+        # indexing, isinstance) costs as much as the layer. The Parameter objects stay the same when SeedAdam
+        # re-homes their data.
+        self._steps = [self._linear(*params[2 * op:2 * op + 2]) if isinstance(op, int) else op for op in ops]
+
+    def _linear(self, weight: nn.Parameter, bias: nn.Parameter) -> Callable[[torch.Tensor], torch.Tensor]:
+        if self.num_seeds == 1:  # nn.Linear's own op on 2-D tensors, as the one-seed learner always ran
+            return lambda x: F.linear(x, weight, bias)
+        return lambda x: torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[K, batch, in] -> [K, batch, out]."""
-        single = self.num_seeds == 1
-        if single:  # one seed: nn.Linear's own op on 2-D tensors, as the one-seed learner always ran
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
+        with_axis = self.num_seeds > 1 or x.dim() == 3
+        if self.num_seeds == 1 and with_axis:
             x = x[0]
-        for op in self.ops:
-            if isinstance(op, int):
-                weight, bias = self._layers[op]
-                x = F.linear(x, weight, bias) if single else torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-            else:
-                x = op(x)
-        return x.unsqueeze(0) if single else x
+        for step in self._steps:
+            x = step(x)
+        return x.unsqueeze(0) if self.num_seeds == 1 and with_axis else x
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
@@ -141,9 +143,9 @@ class StackedModule(nn.Module):
             p.grad = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[K, batch, in] -> [K, batch, out]."""
+        """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
         if self.num_seeds == 1:
-            return self.module(x[0]).unsqueeze(0)
+            return self.module(x[0]).unsqueeze(0) if x.dim() == 3 else self.module(x)
         skeleton = self._skeleton[0]
 
         def call(params: dict, buffers: dict, inputs: torch.Tensor) -> torch.Tensor:
@@ -200,7 +202,7 @@ class SeedAdam:
                 p.grad = self.grad[:, offset:offset + n].view(p.shape)  # backward adds into it in place
                 offset += n
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
-        self.steps = np.zeros(num_seeds, dtype=np.int64)
+        self.steps = [0] * num_seeds  # Python ints: numpy's per-call cost shows in a one-seed step
 
     def zero_grad(self) -> None:
         self.grad.zero_()
@@ -215,18 +217,21 @@ class SeedAdam:
         """One Adam step of the seeds where `active` (default: all) is True; the others stay untouched."""
         if active is not None and not active.all():
             rows = np.flatnonzero(active)
+            for row in rows.tolist():
+                self.steps[row] += 1
             if len(rows):
-                self.steps[rows] += 1
                 self._step_rows(rows)
             return
-        self.steps += 1
-        lr = self.lr if isinstance(self.lr, (int, float)) else self._lrs()
-        alike_lr = isinstance(lr, (int, float)) or (lr == lr[0]).all()
-        if self.num_seeds > 1 and not (alike_lr and (self.steps == self.steps[0]).all()):
+        self.steps = [step + 1 for step in self.steps]
+        lrs = [self.lr] * self.num_seeds if isinstance(self.lr, (int, float)) else list(self.lr)
+        if self.num_seeds == 1 or (len(set(lrs)) == 1 and len(set(self.steps)) == 1):
+            self._step_alike(self.steps[0], float(lrs[0]))
+        else:
             self._step_rows(None)
-            return
-        # every seed alike (always so with one seed): FlatAdam's ops, with Python-float step sizes
-        step, lr, (beta1, beta2) = int(self.steps[0]), float(np.ravel(lr)[0]), self.betas
+
+    def _step_alike(self, step: int, lr: float) -> None:
+        """Every seed at the same step count and lr (always so with one seed): FlatAdam's ops, bit for bit."""
+        beta1, beta2 = self.betas
         self.exp_avg.lerp_(self.grad, 1 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
         denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
@@ -234,13 +239,13 @@ class SeedAdam:
 
     def _lrs(self) -> np.ndarray:
         """Each seed's lr (`lr` is one float for all, or one per seed)."""
-        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), self.steps.shape)
+        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
 
     def _step_rows(self, rows: np.ndarray | None) -> None:
         """The step of `rows` (None: all), each with its own step count and lr."""
         beta1, beta2 = self.betas
         which = slice(None) if rows is None else rows
-        steps, lrs = self.steps[which], self._lrs()[which]
+        steps, lrs = np.asarray(self.steps, dtype=np.float64)[which], self._lrs()[which]
         index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
         grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
                                            for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))
@@ -271,6 +276,8 @@ class SeedAdam:
 
 def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Uniform [0, 1) noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
+    if len(generators) == 1:
+        return torch.rand(tuple(shape), generator=generators[0])
     noise = torch.empty(tuple(shape))
     for row, generator in zip(noise, generators, strict=True):
         torch.rand(row.shape, generator=generator, out=row)

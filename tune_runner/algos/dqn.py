@@ -22,7 +22,6 @@ last ones out. With K = 1 this is the one-seed learner, op for op.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +32,7 @@ import torch
 from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, scheduled, split_obs, to_tensor
 from tune_runner.algos.config import DQNConfig
-from tune_runner.algos.learner import LearnerBase, Replay
+from tune_runner.algos.learner import Replay, SeedLearnerBase
 from tune_runner.algos.qnetwork import QNetwork, dqn_targets, q_networks, td_loss
 from tune_runner.algos.replay import NStepAccumulator, SeedReplay
 from tune_runner.algos.seeds import SeedStats, derived_seeds, seed_metrics
@@ -86,10 +85,11 @@ class OwnReplay:
         return self.learner.buffer.minibatches(counts, batch_size, [rngs.numpy for rngs in self.learner.rngs])
 
 
-class DQN(LearnerBase):
+class DQN(SeedLearnerBase):
     """A DQN learner of `config.num_seeds` seeds with its own vector envs and replay buffers; no Ray inside."""
 
     config_class = DQNConfig
+    networks = ("q", "target")  # saved per seed (SeedLearnerBase); a rollout worker only needs q
 
     def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
@@ -100,9 +100,8 @@ class DQN(LearnerBase):
                                                         vectorize_mode=config.gym_env_vectorize_mode)
                                            for seed in self.seeds])
         self.rngs = [Rngs(seed) for seed in self.seeds]
-        self.q = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
-                            device=self.device)
-        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
+                                         device=self.device)
         self.optimizer = batched.SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.buffer = SeedReplay(self.num_seeds, config.capacity, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
@@ -118,11 +117,11 @@ class DQN(LearnerBase):
     # ---- acting -------------------------------------------------------------------------------
 
     def _by_seed(self, rows: np.ndarray | None) -> torch.Tensor | None:
-        """[K * n, ...] rows (seed-major) as a tensor [K, n, ...]."""
+        """[K * n, ...] rows (seed-major) as a tensor [K, n, ...]; one seed's without the seed axis, as always."""
         if rows is None:
             return None
         tensor = to_tensor(rows, self.device)
-        return tensor.view(self.num_seeds, -1, *tensor.shape[1:])
+        return tensor if self.num_seeds == 1 else tensor.view(self.num_seeds, -1, *tensor.shape[1:])
 
     @torch.no_grad()
     def _greedy(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -135,13 +134,13 @@ class DQN(LearnerBase):
         """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore is epsilon-greedy."""
         obs, mask = split_obs(obs)
         batch = to_tensor(obs, self.device)
-        q = masked_logits(self.q(batch.expand(self.num_seeds, *batch.shape))[0],
-                          None if mask is None else to_tensor(mask, self.device))
-        greedy = q.argmax(-1).cpu().numpy()
+        q = self.q(batch) if self.num_seeds == 1 else self.q(batch.expand(self.num_seeds, *batch.shape))[0]
+        greedy = masked_logits(q, None if mask is None else to_tensor(mask, self.device)).argmax(-1).cpu().numpy()
         if not explore:
             return greedy
         return epsilon_greedy(greedy, mask, epsilons=epsilons(self.config, self.seed_env_steps[:1]),
                               rngs=[self.rngs[0].numpy], num_actions=self.env.num_actions)
+
     # ---- sampling -----------------------------------------------------------------------------
 
     def collect(self, num_steps: int) -> dict[str, Any]:
@@ -223,10 +222,11 @@ class DQN(LearnerBase):
                 self._last_target_update[i] = steps
 
     def _update(self, sample: Mapping[str, np.ndarray], active: np.ndarray | None) -> torch.Tensor:
-        """One gradient step of each active seed (None: all) on its minibatch; every seed's loss and mean |TD
-        error|, [K, 2]."""
+        """One gradient step of each active seed (None: all) on its minibatch ([K, batch, ...] arrays); every
+        seed's loss and mean |TD error|, [K, 2] (one seed: [2])."""
         c = self.config
-        s = {k: to_tensor(v, self.device) for k, v in sample.items()}
+        # One seed trains on [batch, ...] tensors without the seed axis: the one-seed learner's graph, op for op.
+        s = {k: to_tensor(v[0] if self.num_seeds == 1 else v, self.device) for k, v in sample.items()}
         q = self.q(s["obs"]).gather(-1, s["actions"][..., None]).squeeze(-1)
         with torch.no_grad():
             next_mask = s.get("next_mask")
@@ -273,63 +273,36 @@ class DQN(LearnerBase):
     # ---- state --------------------------------------------------------------------------------
 
     def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        """Q network parameters as numpy arrays (what a rollout worker needs); with several seeds each array
-        has the seed as its first axis."""
+        """The Q network's parameters as numpy arrays (what a rollout worker needs); with several seeds each
+        array has the seed as its first axis."""
         return {"q": batched.seed_weights(self.q)}
 
     def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
         batched.load_seed_weights(self.q, weights["q"])
 
     def get_state(self, *, include_buffer: bool = True) -> dict[str, Any]:
-        """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner.
-
-        One seed: the one-seed format it always had. K seeds: {"num_seeds": K, "seeds": [...]}, each
-        seed's state in that format (what the one-seed learner with its seed would save). The replay
-        buffers are in by default (PBT's exploit copies a trial's state into another, and a DQN without
-        its buffer relearns from scratch); leave them out for small checkpoints.
-        """
-        states = [self._seed_state(i, include_buffer=include_buffer) for i in range(self.num_seeds)]
+        """SeedLearnerBase.get_state; the replay buffers are in by default (PBT's exploit copies a trial's
+        state into another, and a DQN without its buffer relearns from scratch); leave them out for small
+        checkpoints."""
+        states = [self.seed_state(i, include_buffer=include_buffer) for i in range(self.num_seeds)]
         return states[0] if self.num_seeds == 1 else {"num_seeds": self.num_seeds, "seeds": states}
 
     def _envs(self, seed: int) -> slice:
         return slice(seed * self.env.envs_per_seed, (seed + 1) * self.env.envs_per_seed)
 
-    def _seed_state(self, i: int, *, include_buffer: bool) -> dict[str, Any]:
-        return {"q": self.q.seed_state(i), "target": self.target.seed_state(i),
-                "optimizer": self.optimizer.seed_state_dict(i), "rngs": self.rngs[i].get_state(),
-                "stats": self.stats.get_state(i), "env_steps": int(self.seed_env_steps[i]),
-                "env": self.env.envs[i].get_state(), "nstep": self.nstep.get_state(self._envs(i)),
-                "last_target_update": int(self._last_target_update[i]),
-                "update_credit": float(self._update_credit[i]),
-                "buffer": self.buffer.get_state(i) if include_buffer else None}
+    def seed_state(self, seed: int, *, include_buffer: bool = True) -> dict[str, Any]:
+        return {**super().seed_state(seed), "nstep": self.nstep.get_state(self._envs(seed)),
+                "last_target_update": self._last_target_update[seed], "update_credit": self._update_credit[seed],
+                "buffer": self.buffer.get_state(seed) if include_buffer else None}
 
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from `get_state` of a learner with as many seeds. This learner's config wins (PBT may have
-        changed lr)."""
-        states = state["seeds"] if "seeds" in state else [state]
-        if len(states) != self.num_seeds:
-            raise ValueError(f"a learner state of {len(states)} seed(s) cannot restore a learner with "
-                             f"num_seeds={self.num_seeds}")
-        for i, seed_state in enumerate(states):
-            self._set_seed_state(i, seed_state)
-
-    def _set_seed_state(self, i: int, state: Mapping[str, Any]) -> None:
-        self.q.load_seed_state(i, state["q"])
-        self.target.load_seed_state(i, state["target"])
-        self.optimizer.load_seed_state_dict(i, state["optimizer"])
-        self.rngs[i].set_state(state["rngs"])
-        self.stats.set_state(i, state["stats"])
-        self.seed_env_steps[i] = int(state["env_steps"])
-        self._last_target_update[i] = int(state["last_target_update"])
-        self._update_credit[i] = float(state["update_credit"])
+    def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> bool:
+        exact = super().set_seed_state(seed, state)
+        self._last_target_update[seed] = int(state["last_target_update"])
+        self._update_credit[seed] = float(state["update_credit"])
         if state["buffer"] is not None:
-            self.buffer.set_state(i, state["buffer"])
-        exact = self.env.envs[i].set_state(state["env"], seed=self.rngs[i].python.randrange(2**31))
+            self.buffer.set_state(seed, state["buffer"])
         if exact and self.nstep.n == state["nstep"]["n"]:
-            self.nstep.set_state(state["nstep"], self._envs(i))
+            self.nstep.set_state(state["nstep"], self._envs(seed))
         else:
-            self.stats.drop_running(i)
-            self.nstep.clear(self._envs(i))
-
-    def close(self) -> None:
-        self.env.close()
+            self.nstep.clear(self._envs(seed))
+        return exact

@@ -14,16 +14,13 @@ learner did compute is divergence (tune_runner.audit.check_finite).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from tune_runner.algos.common import scheduled
+from tune_runner.algos.batched import load_seed_weights, seed_weights
+from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
 from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
-
-if TYPE_CHECKING:
-    from tune_runner.algos.batched import SeedAdam
-    from tune_runner.algos.seeds import SeedStats
 
 
 class Learner(Protocol):
@@ -83,16 +80,66 @@ class OwnLearner(Learner, Protocol):
 
 
 class LearnerBase:
-    """The bookkeeping PPO and DQN share for their `num_seeds` seeds (tune_runner.algos.seeds): env steps and
-    lr schedules per seed, remote batches, each seed's episode metrics."""
+    """The bookkeeping PPO and DQN share: the lr schedule, remote batches, episode metrics."""
 
     action_spaces = ACTION_SPACES  # the envs our vector env takes (checked before launch)
     observation_spaces = OBSERVATION_SPACES
     config: Any
+    optimizer: FlatAdam
+    stats: EpisodeStats
+    env_steps: int
+
+    def apply_lr_schedule(self) -> float:
+        """Set the optimizer's lr to the schedule's value at this learner's env steps; that value."""
+        self.optimizer.lr = scheduled(self.config.lr, self.env_steps)
+        return self.optimizer.lr
+
+    def absorb(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Count batches collected elsewhere (rollout workers') into this learner's env steps and
+        episodes; them merged as one batch, with `env_steps` their sum."""
+        for batch in batches:
+            self.count_batch(batch)
+        merged = self.merge(batches)
+        merged.update(env_steps=sum(int(b["env_steps"]) for b in batches),
+                      episode_returns=np.concatenate([b["episode_returns"] for b in batches]),
+                      episode_lens=np.concatenate([b["episode_lens"] for b in batches]))
+        return merged
+
+    def count_batch(self, batch: Mapping[str, Any]) -> None:
+        """Count one batch collected elsewhere into the env steps and the episode window."""
+        self.env_steps += int(batch["env_steps"])
+        self.stats.add_finished(batch["episode_returns"], batch["episode_lens"])
+
+    def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The learner's own data of several batches as one (counts and episodes are merged by absorb)."""
+        raise NotImplementedError
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The return and length over the recent episodes, and the counters."""
+        return {"episode_return_mean": self.stats.return_mean(), "episode_len_mean": self.stats.len_mean(),
+                "episodes": self.stats.episodes, "env_steps": self.env_steps}
+
+
+
+class SeedLearnerBase(LearnerBase):
+    """The bookkeeping of a learner of K seeds trained as one batched model (issue 16).
+
+    A subclass sets `seeds` (tune_runner.algos.seeds.derived_seeds), one `rngs` per seed, `env` (a
+    batched.SeedEnvs), `stats` (a seeds.SeedStats), `optimizer` (a batched.SeedAdam) and
+    `seed_env_steps`, and names its batched networks in `networks`. Its state is the K states a
+    one-seed learner of each seed would save: one seed's is that state itself, as before seeds existed;
+    K seeds' is {"num_seeds": K, "seeds": [...]}. A subclass with more to save extends `seed_state`
+    and `set_seed_state`.
+    """
+
+    networks: tuple[str, ...] = ()
+    """Attribute names of the batched networks (BatchedMLP / StackedModule), which are also their state keys."""
     seeds: list[int]
-    optimizer: SeedAdam
-    stats: SeedStats
-    seed_env_steps: np.ndarray  # [K] each seed's env steps
+    rngs: list[Any]
+    env: Any
+    stats: Any
+    optimizer: Any
+    seed_env_steps: np.ndarray
 
     @property
     def num_seeds(self) -> int:
@@ -113,27 +160,60 @@ class LearnerBase:
         self.optimizer.lr = lrs[0] if self.num_seeds == 1 else lrs
         return lrs
 
-    def absorb(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Count batches collected elsewhere (rollout workers') into this learner's env steps and
-        episodes; them merged as one batch, with `env_steps` their sum."""
-        for batch in batches:
-            self.count_batch(batch)
-        merged = self.merge(batches)
-        merged.update(env_steps=sum(int(b["env_steps"]) for b in batches),
-                      episode_returns=np.concatenate([b["episode_returns"] for b in batches]),
-                      episode_lens=np.concatenate([b["episode_lens"] for b in batches]))
-        return merged
-
     def count_batch(self, batch: Mapping[str, Any]) -> None:
         """Count a rollout worker's batch into each seed's env steps and episode window."""
         self.seed_env_steps += np.asarray(batch["seed_env_steps"], dtype=np.int64)
         self.stats.add_finished(batch["episode_returns"], batch["episode_lens"], batch["episode_seeds"])
 
-    def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The learner's own data of several batches as one (counts and episodes are merged by absorb)."""
-        raise NotImplementedError
-
     def seed_episode_metrics(self, seed: int) -> dict[str, float]:
         """Seed `seed`'s return and length over its recent episodes, and its counters."""
         return {"episode_return_mean": self.stats.return_mean(seed), "episode_len_mean": self.stats.len_mean(seed),
                 "episodes": int(self.stats.seed_episodes[seed]), "env_steps": int(self.seed_env_steps[seed])}
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """The networks' parameters as numpy arrays (what a rollout worker needs); with several seeds each
+        array has the seed as its first axis."""
+        return {name: seed_weights(getattr(self, name)) for name in self.networks}
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
+        for name in self.networks:
+            load_seed_weights(getattr(self, name), weights[name])
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner."""
+        states = [self.seed_state(i) for i in range(self.num_seeds)]
+        return states[0] if self.num_seeds == 1 else {"num_seeds": self.num_seeds, "seeds": states}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from `get_state` of a learner with as many seeds. This learner's config wins (PBT may have
+        changed lr)."""
+        states = state["seeds"] if "seeds" in state else [state]
+        if len(states) != self.num_seeds:
+            raise ValueError(f"a learner state of {len(states)} seed(s) cannot restore a learner with "
+                             f"num_seeds={self.num_seeds}")
+        for i, seed_state in enumerate(states):
+            self.set_seed_state(i, seed_state)
+
+    def seed_state(self, seed: int) -> dict[str, Any]:
+        """What a one-seed learner of seed `seed` would save."""
+        return {**{name: getattr(self, name).seed_state(seed) for name in self.networks},
+                "optimizer": self.optimizer.seed_state_dict(seed), "rngs": self.rngs[seed].get_state(),
+                "stats": self.stats.get_state(seed), "env_steps": int(self.seed_env_steps[seed]),
+                "env": self.env.envs[seed].get_state()}
+
+    def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> bool:
+        """Continue seed `seed` from `seed_state`'s format (a one-seed learner's state); whether its envs were
+        restored exactly (else they were reset, and a subclass drops what it kept of their episodes)."""
+        for name in self.networks:
+            getattr(self, name).load_seed_state(seed, state[name])
+        self.optimizer.load_seed_state_dict(seed, state["optimizer"])
+        self.rngs[seed].set_state(state["rngs"])
+        self.stats.set_state(seed, state["stats"])
+        self.seed_env_steps[seed] = int(state["env_steps"])
+        exact = self.env.envs[seed].set_state(state["env"], seed=self.rngs[seed].python.randrange(2**31))
+        if not exact:
+            self.stats.drop_running(seed)
+        return exact
+
+    def close(self) -> None:
+        self.env.close()

@@ -32,7 +32,7 @@ from torch import nn
 from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, mlp, scheduled, split_obs, to_tensor
 from tune_runner.algos.config import PPOConfig
-from tune_runner.algos.learner import LearnerBase, Sampler
+from tune_runner.algos.learner import Sampler, SeedLearnerBase
 from tune_runner.algos.networks import BUILT_IN, build_model
 from tune_runner.algos.seeds import (
     SeedStats,
@@ -122,10 +122,11 @@ def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     return net
 
 
-class PPO(LearnerBase):
+class PPO(SeedLearnerBase):
     """A PPO learner of `config.num_seeds` seeds with its own vector envs; no Ray inside."""
 
     config_class = PPOConfig
+    networks = ("pi", "vf")
 
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
@@ -161,19 +162,6 @@ class PPO(LearnerBase):
             return batched.BatchedMLP(pis), batched.BatchedMLP(vfs)
         return (batched.StackedModule(pis, num_inputs=env.obs_dim, name=c.model),
                 batched.StackedModule(vfs, num_inputs=env.obs_dim, name=c.model))
-
-    @property
-    def num_seeds(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def env_steps(self) -> int:
-        """Env steps per seed: the fewest any seed has taken (seeds differ by their autoreset steps)."""
-        return int(self.seed_env_steps.min())
-
-    @env_steps.setter
-    def env_steps(self, value: int) -> None:
-        self.seed_env_steps[:] = value
 
     # ---- acting -------------------------------------------------------------------------------
 
@@ -250,11 +238,6 @@ class PPO(LearnerBase):
 
     # ---- learning -----------------------------------------------------------------------------
 
-    def count_batch(self, batch: Mapping[str, Any]) -> None:
-        """Count a rollout worker's batch into each seed's env steps and episode window."""
-        self.seed_env_steps += np.asarray(batch["seed_env_steps"], dtype=np.int64)
-        self.stats.add_finished(batch["episode_returns"], batch["episode_lens"], batch["episode_seeds"])
-
     def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Rollouts of several workers as one: each seed's envs of every worker side by side, seeds in order."""
         k = self.num_seeds
@@ -288,7 +271,9 @@ class PPO(LearnerBase):
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
                                  rngs=[rngs.numpy for rngs in self.rngs]):
-            index, mask = (None if a is None else to_tensor(a, self.device) for a in (mb.index, mb.mask))
+            # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
+            index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
+            mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
             losses = self._update({key: value[index] for key, value in tensors.items()}, mask=mask, active=mb.active)
             sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active
@@ -296,7 +281,8 @@ class PPO(LearnerBase):
                 for i in range(k)]
 
     def _update(self, mb: dict[str, torch.Tensor], *, mask: torch.Tensor | None, active: np.ndarray) -> torch.Tensor:
-        """One gradient step of each active seed on its minibatch ([K, width, ...] tensors); the losses [K, 4]."""
+        """One gradient step of each active seed on its minibatch ([K, width, ...] tensors, or [width, ...] for one
+        seed); the losses [K, 4] (or [4])."""
         c = self.config
         logp_all = torch.log_softmax(masked_logits(self.pi(mb["obs"]), mb.get("mask")), dim=-1)
         # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
@@ -308,17 +294,12 @@ class PPO(LearnerBase):
             entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
             vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
         self.optimizer.zero_grad()
-        losses["total_loss"].sum().backward()  # the seeds' losses share no parameter: each gets its own gradient
+        total = losses["total_loss"]  # [K], or a scalar without the seed axis
+        (total.sum() if total.dim() else total).backward()  # the seeds share no parameter: each its own gradient
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
-        self.optimizer.step(active)
+        self.optimizer.step(None if mask is None else active)  # no padding: every seed has a minibatch
         return torch.stack([losses[key] for key in LOSSES], dim=-1).detach().cpu()
-
-    def apply_lr_schedule(self) -> list[float]:
-        """Each seed's lr from the schedule at its own env steps, set on the optimizer (a float for one seed)."""
-        lrs = [scheduled(self.config.lr, int(steps)) for steps in self.seed_env_steps]
-        self.optimizer.lr = lrs[0] if self.num_seeds == 1 else lrs
-        return lrs
 
     def train_iteration(self, source: Sampler | None = None) -> dict[str, float]:
         """The lr from its schedule, train_batch_size env steps per seed (own envs, or `source`'s), learn; our
@@ -328,54 +309,6 @@ class PPO(LearnerBase):
         n = self.config.train_batch_size
         batch = self.collect(n) if source is None else source.sample(n)
         losses = self.learn(batch)
-        per_seed = [{"episode_return_mean": self.stats.return_mean(i), "episode_len_mean": self.stats.len_mean(i),
-                     "episodes": int(self.stats.seed_episodes[i]), "env_steps": int(self.seed_env_steps[i]),
-                     **losses[i], "lr": lrs[i]} for i in range(self.num_seeds)]
+        per_seed = [{**self.seed_episode_metrics(i), **losses[i], "lr": lrs[i]} for i in range(self.num_seeds)]
         return {**seed_metrics(per_seed, how=self.config.seed_aggregate),
                 "sps": batch["env_steps"] / (time.perf_counter() - start)}
-
-    # ---- state --------------------------------------------------------------------------------
-
-    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        """Policy and value network parameters as numpy arrays (what a rollout worker needs); with several
-        seeds each array has the seed as its first axis."""
-        return {"pi": batched.seed_weights(self.pi), "vf": batched.seed_weights(self.vf)}
-
-    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
-        batched.load_seed_weights(self.pi, weights["pi"])
-        batched.load_seed_weights(self.vf, weights["vf"])
-
-    def get_state(self) -> dict[str, Any]:
-        """Everything `set_state` needs to continue exactly; picklable, shares no memory with the learner.
-
-        One seed: the one-seed format it always had. K seeds: {"num_seeds": K, "seeds": [...]}, each
-        seed's state in that format (what the one-seed learner with its seed would save).
-        """
-        states = [self._seed_state(i) for i in range(self.num_seeds)]
-        return states[0] if self.num_seeds == 1 else {"num_seeds": self.num_seeds, "seeds": states}
-
-    def _seed_state(self, i: int) -> dict[str, Any]:
-        return {"pi": self.pi.seed_state(i), "vf": self.vf.seed_state(i),
-                "optimizer": self.optimizer.seed_state_dict(i), "rngs": self.rngs[i].get_state(),
-                "stats": self.stats.get_state(i), "env_steps": int(self.seed_env_steps[i]),
-                "env": self.env.envs[i].get_state()}
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from `get_state` of a learner with as many seeds. This learner's config wins (PBT may have
-        changed lr)."""
-        states = state["seeds"] if "seeds" in state else [state]
-        if len(states) != self.num_seeds:
-            raise ValueError(f"a learner state of {len(states)} seed(s) cannot restore a learner with "
-                             f"num_seeds={self.num_seeds}")
-        for i, seed_state in enumerate(states):
-            self.pi.load_seed_state(i, seed_state["pi"])
-            self.vf.load_seed_state(i, seed_state["vf"])
-            self.optimizer.load_seed_state_dict(i, seed_state["optimizer"])
-            self.rngs[i].set_state(seed_state["rngs"])
-            self.stats.set_state(i, seed_state["stats"])
-            self.seed_env_steps[i] = int(seed_state["env_steps"])
-            if not self.env.envs[i].set_state(seed_state["env"], seed=self.rngs[i].python.randrange(2**31)):
-                self.stats.drop_running(i)
-
-    def close(self) -> None:
-        self.env.close()

@@ -7,6 +7,7 @@ format of the one-seed `QNetwork` (or of the registered model), so a K-seed chec
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,8 +81,9 @@ class BatchedQNetwork(nn.Module):
 
 
 def q_networks(config: Any, *, obs_dim: int, num_actions: int, seeds: Sequence[int],
-               device: torch.device) -> BatchedQNetwork | batched.StackedModule:
-    """Each seed's Q network, initialised as a one-seed learner with its seed does, as one batched model."""
+               device: torch.device) -> tuple[nn.Module, nn.Module]:
+    """(Q, target) networks: each seed's, initialised as a one-seed learner with its seed does, as one batched
+    model each; the target starts as a copy of Q and takes no gradient."""
     nets = []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
@@ -93,9 +95,13 @@ def q_networks(config: Any, *, obs_dim: int, num_actions: int, seeds: Sequence[i
                 net = build_model(config.model, num_inputs=obs_dim, num_outputs=num_actions,
                                   model_config=config.model_config)
         nets.append(net.to(device))
+    # Copies of the one-seed nets, not of the batched model: a BatchedMLP's forward steps hold its own
+    # parameters, so a deep copy of it would still compute with the original's.
+    copies = [copy.deepcopy(net) for net in nets]
     if config.model == BUILT_IN:
-        return BatchedQNetwork(nets)
-    return batched.StackedModule(nets, num_inputs=obs_dim, name=config.model)
+        return BatchedQNetwork(nets), BatchedQNetwork(copies).requires_grad_(False)
+    return (batched.StackedModule(nets, num_inputs=obs_dim, name=config.model),
+            batched.StackedModule(copies, num_inputs=obs_dim, name=config.model).requires_grad_(False))
 
 
 def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor,
@@ -117,15 +123,12 @@ def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: to
 
 
 def td_loss(kind: str, q: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(each seed's mean huber or mse loss [K], their sum to differentiate) of [K, batch] Q-values against
-    their targets. The seeds share no parameter, so the sum's gradient is each seed's own.
-
-    One seed differentiates the loss function's own mean over [1, batch], as the one-seed learner did
-    over [batch]: the gradient is bitwise the one it always was, without ops for a seed axis.
-    """
+    """(each seed's mean huber or mse loss, their sum to differentiate) of [K, batch] Q-values against their
+    targets; the seeds share no parameter, so the sum's gradient is each seed's own. [batch] inputs (one
+    seed without the seed axis) give the loss function's own mean twice, as the one-seed learner had it."""
     loss_fn = nn.functional.huber_loss if kind == "huber" else nn.functional.mse_loss
-    if q.shape[0] == 1:
+    if q.dim() == 1:
         total = loss_fn(q, target)
-        return total.detach().view(1), total
+        return total.detach(), total
     per_seed = loss_fn(q, target, reduction="none").mean(-1)
     return per_seed.detach(), per_seed.sum()

@@ -122,11 +122,17 @@ class SeedStats:
 
     def add_finished(self, returns: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> None:
         """Count episodes that finished elsewhere (a rollout worker's envs) into their seeds' windows."""
-        for r, n, s in zip(np.asarray(returns, np.float64).tolist(), np.asarray(lengths, np.int64).tolist(),
-                           np.asarray(seeds).tolist(), strict=True):
-            self.recent_returns[s].append(r)
-            self.recent_lengths[s].append(n)
-            self.seed_episodes[s] += 1
+        returns = np.asarray(returns, np.float64).tolist()
+        lengths = np.asarray(lengths, np.int64).tolist()
+        if self.num_seeds == 1:
+            self.recent_returns[0].extend(returns)
+            self.recent_lengths[0].extend(lengths)
+            self.seed_episodes[0] += len(returns)
+            return
+        for r, n, seed in zip(returns, lengths, np.asarray(seeds).tolist(), strict=True):  # a few per vector step
+            self.recent_returns[seed].append(r)
+            self.recent_lengths[seed].append(n)
+            self.seed_episodes[seed] += 1
 
     def _envs(self, seed: int) -> slice:
         return slice(seed * self.envs_per_seed, (seed + 1) * self.envs_per_seed)
@@ -216,15 +222,18 @@ def minibatch_plan(counts: Sequence[int], *, num_epochs: int, minibatch_size: in
             order = rng.permutation(int(count)) + offset
             own.extend(order[start:start + minibatch_size] for start in range(0, int(count), minibatch_size))
         pieces.append(own)
-    plan = []
+    plan, everyone = [], np.ones(len(counts), dtype=bool)
     for u in range(max(map(len, pieces))):
         parts = [own[u] if u < len(own) else offsets[:0] for own in pieces]
-        sizes = np.array([len(part) for part in parts])
-        width = int(sizes.max())
+        sizes = [len(part) for part in parts]
+        width = max(sizes)
+        if min(sizes) == width:  # the usual step: every seed a piece of the same size, nothing to pad
+            plan.append(Minibatch(np.stack(parts), None, everyone))
+            continue
         index = np.empty((len(parts), width), dtype=np.int64)
         for i, part in enumerate(parts):
             index[i, :len(part)] = part
             index[i, len(part):] = part[0] if len(part) else (offsets[i] if counts[i] else 0)
-        mask = None if (sizes == width).all() else (np.arange(width) < sizes[:, None]).astype(np.float32)
-        plan.append(Minibatch(index, mask, sizes > 0))
+        sizes = np.array(sizes)
+        plan.append(Minibatch(index, (np.arange(width) < sizes[:, None]).astype(np.float32), sizes > 0))
     return plan
