@@ -151,18 +151,18 @@ class DQN(SeedLearnerBase):
         finished episodes' `episode_returns` / `episode_lens` / `episode_seeds`; counts them into this
         learner's stats, whose env steps per seed also drive each seed's epsilon.
         """
-        env, parts, finished = self.env, [], []
-        steps = np.zeros(self.num_seeds, dtype=np.int64)
+        env, parts, finished, k = self.env, [], [], self.num_seeds
+        steps, rngs = np.zeros(k, dtype=np.int64), [rngs.numpy for rngs in self.rngs]
         for _ in range(-(-num_steps // env.envs_per_seed)):
             obs, mask = env.obs, env.mask
             greedy = self._greedy(obs, mask)
-            actions = epsilon_greedy(greedy, mask, epsilons=epsilons(self.config, self.seed_env_steps),
-                                     rngs=[rngs.numpy for rngs in self.rngs], num_actions=env.num_actions)
+            actions = epsilon_greedy(greedy, mask, epsilons=epsilons(self.config, self.seed_env_steps), rngs=rngs,
+                                     num_actions=env.num_actions)
             step = env.step(actions)
             parts.append(self.nstep.push(obs=obs, actions=actions, step=step, next_obs=env.obs,
                                          next_mask=env.mask))
             finished.append(self.stats.update(step))
-            n = step.valid.reshape(self.num_seeds, -1).sum(axis=1)
+            n = step.valid.reshape(k, -1).sum(axis=1)
             self.seed_env_steps += n
             steps += n
         transitions = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -182,9 +182,9 @@ class DQN(SeedLearnerBase):
             merged["transitions"] = {k: np.concatenate([b["transitions"][k] for b in batches]) for k in keys}
         return merged
 
-    def updates_owed(self, env_steps: Sequence[int] | int, *, replay_size: Sequence[int] | int) -> np.ndarray:
+    def updates_owed(self, env_steps: np.ndarray | int, *, replay_size: np.ndarray | int) -> list[int]:
         """Gradient steps each seed earned with `env_steps` newly sampled env steps ([K], or one number for all)
-        under training_intensity, [K].
+        under training_intensity.
 
         None before a seed's num_steps_sampled_before_learning_starts, or while its replay holds less
         than one minibatch; fractions carry over to the next call.
@@ -192,22 +192,21 @@ class DQN(SeedLearnerBase):
         c, k = self.config, self.num_seeds
         # training_intensity is trained / sampled transitions; None means one step per vector step.
         intensity = c.training_intensity or c.train_batch_size / c.num_envs_per_env_runner
-        steps, sizes = (x.tolist() if isinstance(x, np.ndarray) else list(x) if isinstance(x, Sequence) else [x] * k
-                        for x in (env_steps, replay_size))
+        steps, sizes = (x.tolist() if isinstance(x, np.ndarray) else [x] * k for x in (env_steps, replay_size))
         counts = []
         for i, (sampled, size, done) in enumerate(zip(steps, sizes, self.seed_env_steps.tolist(), strict=True)):
             if done >= c.num_steps_sampled_before_learning_starts and size >= c.train_batch_size:
                 self._update_credit[i] += sampled * intensity / c.train_batch_size
             counts.append(int(self._update_credit[i]))  # the credit less its whole steps: exact, as -1 in a loop was
             self._update_credit[i] -= counts[-1]
-        return np.array(counts, dtype=np.int64)
+        return counts
 
-    def train_on(self, minibatches: Sequence[Mapping[str, np.ndarray]], counts: np.ndarray) -> np.ndarray:
+    def train_on(self, minibatches: Sequence[Mapping[str, np.ndarray]], counts: Sequence[int]) -> np.ndarray:
         """Gradient steps on `minibatches` ([K, batch] each), seed i on its first counts[i]; each seed's losses
         and mean |TD errors|, summed, [K, 2]."""
         sums = np.zeros((self.num_seeds, len(LOSSES)))
         for u, minibatch in enumerate(minibatches):
-            active = counts > u
+            active = np.array([count > u for count in counts])
             everyone = bool(active.all())
             losses = self._update(minibatch, None if everyone else active).numpy()
             sums += losses if everyone else np.where(active[:, None], losses, 0.0)
@@ -259,7 +258,7 @@ class DQN(SeedLearnerBase):
             batch = replay.sample(per_round)
             sampled += batch["env_steps"]
             counts = self.updates_owed(batch["seed_env_steps"], replay_size=replay.size())
-            if counts.any():
+            if any(counts):
                 sums += self.train_on(replay.minibatches(counts, self.config.train_batch_size), counts)
                 updates += counts
             self.update_target()
