@@ -422,12 +422,12 @@ def test_dqn_owes_gradient_steps_only_after_learning_starts_and_with_a_minibatch
     learner = DQN(DQNConfig(training_intensity=4, train_batch_size=64, fcnet_hiddens=(8,)), env_id="CartPole-v1")
     assert learner.config.num_steps_sampled_before_learning_starts == 1000  # the default, as shipped
     learner.env_steps = 999
-    assert learner.updates_owed(32, replay_size=5000) == 0  # before learning starts: nothing, no credit either
+    assert learner.updates_owed(32, replay_size=5000) == [0]  # before learning starts: nothing, no credit either
     learner.env_steps = 1000
-    assert learner.updates_owed(32, replay_size=63) == 0  # the replay holds less than one minibatch
+    assert learner.updates_owed(32, replay_size=63) == [0]  # the replay holds less than one minibatch
     # 32 sampled env steps x intensity 4 = 128 trained transitions = 2 minibatches; fractions carry over.
-    assert learner.updates_owed(32, replay_size=64) == 2
-    assert [learner.updates_owed(8, replay_size=64) for _ in range(4)] == [0, 1, 0, 1]
+    assert learner.updates_owed(32, replay_size=64) == [2]
+    assert [learner.updates_owed(8, replay_size=64) for _ in range(4)] == [[0], [1], [0], [1]]
 
 
 def test_autoreset_steps_are_not_counted_as_env_steps():

@@ -40,7 +40,7 @@ def test_exported_mlp_gives_the_learners_greedy_actions(name, tmp_path):
     np.testing.assert_array_equal(policy.predict(obs), learner.compute_actions(obs, explore=False))
     if name == "dqn":  # the dueling head folded into one layer gives the same Q-values, not just the argmax
         with torch.no_grad():
-            expected = learner.q(torch.from_numpy(obs)).numpy()
+            expected = learner.q(torch.from_numpy(obs)[None])[0].numpy()  # the learner's Q takes [seeds, batch, obs]
             np.testing.assert_allclose(policy.net(torch.from_numpy(obs)).numpy(), expected, rtol=1e-5, atol=1e-5)
     learner.close()
 

@@ -53,7 +53,8 @@ def stand_ins(name: str, config: dict):
     workers = [build_learner(name, config, seed_offset=1000 * (i + 1)) for i in range(WORKERS)]
     replay = None
     if name == "dqn":
-        replay = SharedReplay(workers[0].config.capacity, workers[0].buffer.fields, seed=0)
+        replay = SharedReplay(workers[0].config.capacity, workers[0].buffer.fields, seed=int(config.get("seed", 0)),
+                              num_seeds=int(config.get("num_seeds", 1)))  # as RolloutGroup builds it
 
     def gather(*, weights, num_steps, env_steps):
         push = replay.add if replay is not None else None

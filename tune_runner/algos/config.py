@@ -225,7 +225,11 @@ class DQNConfig:
     gym_env_vectorize_mode: str | None = None
     """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
     seed: int = 0
-    """Seeds the network, the envs and every random draw of the learner."""
+    """Seeds the network, the envs and every random draw of the learner (seed 0 of num_seeds)."""
+    num_seeds: int = 1
+    """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
+    seed_aggregate: str = "iqm"
+    """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
@@ -237,7 +241,10 @@ class DQNConfig:
         optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
         check_schedule(self, "lr")
         check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
-                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", *optional)
+                       "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds", *optional)
+        check_integer(self, "num_seeds")
+        if self.seed_aggregate not in SEED_AGGREGATES:
+            raise ValueError(unknown_name("DQNConfig.seed_aggregate", self.seed_aggregate, SEED_AGGREGATES))
         check_unit(self, "gamma", allow_zero=False)
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")

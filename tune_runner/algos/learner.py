@@ -47,11 +47,12 @@ class Replay(Sampler, Protocol):
     round_steps: int | None
     """Env steps sampled before each round of gradient steps; None: the whole iteration in one round."""
 
-    def size(self) -> int:
-        """Transitions the replay memory holds."""
+    def size(self) -> np.ndarray:
+        """Transitions the replay memory holds for each seed, [K]."""
 
-    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
-        """`count` minibatches of `batch_size` transitions each."""
+    def minibatches(self, counts: Sequence[int], batch_size: int) -> list[dict[str, np.ndarray]]:
+        """max(counts) minibatches of [K, batch_size] transitions: seed i's own in the first counts[i] of them
+        (replay.SeedReplay.minibatches)."""
 
 
 class OwnLearner(Learner, Protocol):
@@ -59,6 +60,8 @@ class OwnLearner(Learner, Protocol):
 
     config: Any
     env_steps: int
+    seed_env_steps: np.ndarray
+    """Each seed's env steps, [num_seeds]; setting env_steps sets them all."""
 
     def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
         """The networks a rollout worker acts with, as numpy arrays."""
@@ -198,16 +201,19 @@ class SeedLearnerBase(LearnerBase):
                 "stats": self.stats.get_state(seed), "env_steps": int(self.seed_env_steps[seed]),
                 "env": self.env.envs[seed].get_state()}
 
-    def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
-        """Continue seed `seed` from `seed_state`'s format (a one-seed learner's state)."""
+    def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> bool:
+        """Continue seed `seed` from `seed_state`'s format (a one-seed learner's state); whether its envs were
+        restored exactly (else they were reset, and a subclass drops what it kept of their episodes)."""
         for name in self.networks:
             getattr(self, name).load_seed_state(seed, state[name])
         self.optimizer.load_seed_state_dict(seed, state["optimizer"])
         self.rngs[seed].set_state(state["rngs"])
         self.stats.set_state(seed, state["stats"])
         self.seed_env_steps[seed] = int(state["env_steps"])
-        if not self.env.envs[seed].set_state(state["env"], seed=self.rngs[seed].python.randrange(2**31)):
+        exact = self.env.envs[seed].set_state(state["env"], seed=self.rngs[seed].python.randrange(2**31))
+        if not exact:
             self.stats.drop_running(seed)
+        return exact
 
     def close(self) -> None:
         self.env.close()

@@ -1,8 +1,9 @@
-"""DQN's replay memory: a preallocated numpy ring buffer, and n-step returns built per env."""
+"""DQN's replay memory: a preallocated numpy ring buffer (one per seed, side by side in `SeedReplay`), and
+n-step returns built per env."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,10 +14,14 @@ from tune_runner.algos.common import Step
 class ReplayBuffer:
     """A ring buffer of transitions; each field is one preallocated array of `capacity` rows."""
 
-    def __init__(self, capacity: int, *, fields: Mapping[str, tuple[tuple[int, ...], Any]]) -> None:
+    def __init__(self, capacity: int, *, fields: Mapping[str, tuple[tuple[int, ...], Any]],
+                 data: Mapping[str, np.ndarray] | None = None) -> None:
+        """`data`: arrays of `capacity` rows to hold the fields in (a SeedReplay's rows of one seed); new ones
+        by default."""
         self.capacity = int(capacity)
         self.fields = dict(fields)
-        self.data = {name: np.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
+        self.data = dict(data) if data is not None else {
+            name: np.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
         self.pos = 0  # the row the next transition goes to
         self.size = 0
         self.added = 0  # lifetime count
@@ -31,6 +36,10 @@ class ReplayBuffer:
         rows = (self.pos + skip + np.arange(n - skip)) % self.capacity
         for name, array in self.data.items():
             array[rows] = batch[name][skip:]
+        self.advance(n)
+
+    def advance(self, n: int) -> None:
+        """Count `n` rows written at the write position and after it (by `add_batch`, or by SeedReplay)."""
         self.pos = int((self.pos + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.added += n
@@ -64,17 +73,88 @@ class ReplayBuffer:
         self.added = state["added"]
 
 
+class SeedReplay:
+    """K seeds' replay buffers in one set of arrays [K, capacity, ...]: a seed only adds and draws its own rows.
+
+    Seed i's rows are a ReplayBuffer of their own (`buffers[i]`, views of row i), so each seed fills, wraps,
+    draws and saves exactly as a one-seed learner's buffer; adding rows of all seeds and gathering all seeds'
+    minibatches are one numpy op per field.
+    """
+
+    def __init__(self, num_seeds: int, capacity: int, *, fields: Mapping[str, tuple[tuple[int, ...], Any]]) -> None:
+        self.fields, self.capacity = dict(fields), int(capacity)
+        self.data = {name: np.zeros((num_seeds, self.capacity, *shape), dtype)
+                     for name, (shape, dtype) in self.fields.items()}
+        self.buffers = [ReplayBuffer(capacity, fields=fields, data={name: rows[i] for name, rows in self.data.items()})
+                        for i in range(num_seeds)]
+        # The same arrays as [K * capacity, ...]: a minibatch of every seed is one `take` (faster than indexing).
+        self._flat = {name: array.reshape(-1, *array.shape[2:]) for name, array in self.data.items()}
+
+    def __len__(self) -> int:
+        """Rows held, all seeds together."""
+        return sum(len(buffer) for buffer in self.buffers)
+
+    def sizes(self) -> np.ndarray:
+        """Rows each seed holds, [K]."""
+        return np.array([buffer.size for buffer in self.buffers], dtype=np.int64)
+
+    def add(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Append rows of any seeds, `batch["seed"]` naming each row's; each seed's rows go in in their order."""
+        if len(self.buffers) == 1:
+            self.buffers[0].add_batch(batch)
+            return
+        seeds = np.asarray(batch["seed"], dtype=np.int64)
+        counts = np.bincount(seeds, minlength=len(self.buffers))
+        if counts.max(initial=0) > self.capacity:  # a seed's rows would overwrite each other: one seed at a time
+            for i, buffer in enumerate(self.buffers):
+                buffer.add_batch({name: values[seeds == i] for name, values in batch.items()})
+            return
+        order = np.argsort(seeds, kind="stable")
+        owners = seeds[order]
+        first = np.cumsum(counts) - counts  # where each seed's rows start in `order`
+        positions = np.array([buffer.pos for buffer in self.buffers])
+        rows = (positions[owners] + np.arange(len(order)) - first[owners]) % self.capacity
+        for name, array in self.data.items():
+            array[owners, rows] = batch[name][order]
+        for buffer, count in zip(self.buffers, counts.tolist(), strict=True):
+            buffer.advance(count)
+
+    def minibatches(self, counts: Sequence[int], batch_size: int,
+                    rngs: Sequence[np.random.Generator]) -> list[dict[str, np.ndarray]]:
+        """max(counts) minibatches, each field [K, batch_size, ...]. Seed i's first counts[i] are drawn as its
+        buffer alone draws them (`ReplayBuffer.sample` with rngs[i], in turn); in the others its place holds
+        its row 0 again, a filler to train nothing on."""
+        rows = np.zeros((max(counts, default=0), len(self.buffers), batch_size), dtype=np.int64)
+        for i, (buffer, count, rng) in enumerate(zip(self.buffers, counts, rngs, strict=True)):
+            for u in range(count):
+                rows[u, i] = rng.integers(0, buffer.size, size=batch_size)
+        if len(self.buffers) > 1:
+            rows += (np.arange(len(self.buffers)) * self.capacity)[:, None]  # seed i's rows in the flat arrays
+        gathered = {name: array.take(rows, axis=0) for name, array in self._flat.items()}
+        return [{name: values[u] for name, values in gathered.items()} for u in range(len(rows))]
+
+    def get_state(self, seed: int) -> dict[str, Any]:
+        """Seed `seed`'s rows in a one-seed learner's ReplayBuffer.get_state format."""
+        return self.buffers[seed].get_state()
+
+    def set_state(self, seed: int, state: Mapping[str, Any]) -> None:
+        """Restore `get_state(seed)` (or a ReplayBuffer's) into seed `seed`'s rows."""
+        self.buffers[seed].set_state(state)
+
+
 class NStepAccumulator:
     """Turns one-step experience into n-step transitions, vectorized over envs.
 
     Slot k of the [n, env] arrays holds a transition started at a vector step s with
     s = k (mod n); each valid step adds its discounted reward to every live start of its env.
     A start is emitted when it has n rewards or its episode ends, then the slot is free
-    again by the time step s + n reuses it.
+    again by the time step s + n reuses it. Envs never mix, so K seeds' envs side by side (seed i
+    owning envs i * envs_per_seed ...) are K accumulators in one; each row out names its `seed`.
     """
 
-    def __init__(self, *, n: int, gamma: float, num_envs: int, obs_dim: int) -> None:
+    def __init__(self, *, n: int, gamma: float, num_envs: int, obs_dim: int, envs_per_seed: int | None = None) -> None:
         self.n, self.gamma = n, gamma
+        self.envs_per_seed = envs_per_seed or num_envs
         self.obs = np.zeros((n, num_envs, obs_dim), np.float32)
         self.actions = np.zeros((n, num_envs), np.int64)
         self.returns = np.zeros((n, num_envs), np.float64)
@@ -95,20 +175,25 @@ class NStepAccumulator:
         self.live[j, i] = False
         out = {"obs": self.obs[j, i], "actions": self.actions[j, i],
                "rewards": self.returns[j, i].astype(np.float32), "next_obs": next_obs[i],
-               "terminated": step.terminated[i], "discount": (self.gamma ** self.ages[j, i]).astype(np.float32)}
+               "terminated": step.terminated[i], "discount": (self.gamma ** self.ages[j, i]).astype(np.float32),
+               "seed": i // self.envs_per_seed}
         if next_mask is not None:
             out["next_mask"] = next_mask[i]
         return out
 
-    def clear(self) -> None:
-        """Drop the transitions in progress (after the envs were reset under them)."""
-        self.live[:] = False
+    def clear(self, envs: slice = slice(None)) -> None:
+        """Drop the transitions in progress of `envs` (after those envs were reset under them)."""
+        self.live[:, envs] = False
 
-    def get_state(self) -> dict[str, Any]:
-        return {"n": self.n, "slot": self.slot, **{name: getattr(self, name).copy()
-                                                   for name in ("obs", "actions", "returns", "ages", "live")}}
+    def get_state(self, envs: slice = slice(None)) -> dict[str, Any]:
+        """The state of `envs` (a seed's), as an accumulator of those envs alone would save it."""
+        return {"n": self.n, "slot": self.slot, **{name: getattr(self, name)[:, envs].copy() for name in _PENDING}}
 
-    def set_state(self, state: Mapping[str, Any]) -> None:
+    def set_state(self, state: Mapping[str, Any], envs: slice = slice(None)) -> None:
+        """Restore `get_state(envs)`; the slot is common to all envs (they all step together)."""
         self.slot = state["slot"]
-        for name in ("obs", "actions", "returns", "ages", "live"):
-            getattr(self, name)[:] = state[name]
+        for name in _PENDING:
+            getattr(self, name)[:, envs] = state[name]
+
+
+_PENDING = ("obs", "actions", "returns", "ages", "live")  # NStepAccumulator's arrays of transitions in progress

@@ -27,7 +27,7 @@ from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.trial import env_config_of
 
 Gather = Callable[..., list[dict]]
-"""`gather(weights=, num_steps=, env_steps=)`: every worker's `worker_sample` batch."""
+"""`gather(weights=, num_steps=, env_steps=)`: every worker's `worker_sample` batch (env_steps: each seed's)."""
 
 
 @ray.remote(num_cpus=0)
@@ -47,30 +47,40 @@ class ParameterServer:
 
 
 class SharedReplay:
-    """DQN's replay memory shared by a trial's workers (they add) and its trainer (it draws minibatches)."""
+    """DQN's replay memory shared by a trial's workers (they add) and its trainer (it draws minibatches): one
+    buffer per seed of a K-seed learner, each drawn from by a generator of its own (seed i's from seed i's
+    derived seed, tune_runner.algos.seeds)."""
 
-    def __init__(self, capacity: int, fields: dict, seed: int) -> None:
-        from tune_runner.algos.replay import ReplayBuffer
+    def __init__(self, capacity: int, fields: dict, seed: int, num_seeds: int = 1) -> None:
+        from tune_runner.algos.replay import SeedReplay
+        from tune_runner.algos.seeds import derived_seeds
 
-        self.buffer = ReplayBuffer(capacity, fields=fields)
-        self.rng = np.random.default_rng(seed)
+        self.buffer = SeedReplay(num_seeds, capacity, fields=fields)
+        self.rngs = [np.random.default_rng(s) for s in derived_seeds(seed, num_seeds)]
 
     def add(self, transitions: dict) -> int:
-        self.buffer.add_batch(transitions)
+        self.buffer.add(transitions)
         return len(self.buffer)
 
-    def sample(self, count: int, batch_size: int) -> list[dict]:
-        return [self.buffer.sample(batch_size, self.rng) for _ in range(count)]
+    def sample(self, counts: list[int], batch_size: int) -> list[dict]:
+        return self.buffer.minibatches(counts, batch_size, self.rngs)
 
-    def size(self) -> int:
-        return len(self.buffer)
+    def size(self) -> np.ndarray:
+        return self.buffer.sizes()
 
     def get_state(self) -> dict:
-        return {"buffer": self.buffer.get_state(), "rng": self.rng.bit_generator.state}
+        """One seed: the format it always had; K seeds: {"num_seeds": K, "seeds": [one per seed]}."""
+        states = [{"buffer": self.buffer.get_state(i), "rng": rng.bit_generator.state}
+                  for i, rng in enumerate(self.rngs)]
+        return states[0] if len(states) == 1 else {"num_seeds": len(states), "seeds": states}
 
     def set_state(self, state: dict) -> None:
-        self.buffer.set_state(state["buffer"])
-        self.rng.bit_generator.state = state["rng"]
+        states = state["seeds"] if "seeds" in state else [state]
+        if len(states) != len(self.rngs):
+            raise ValueError(f"a replay state of {len(states)} seed(s) cannot restore one of {len(self.rngs)}")
+        for i, (seed_state, rng) in enumerate(zip(states, self.rngs, strict=True)):
+            self.buffer.set_state(i, seed_state["buffer"])
+            rng.bit_generator.state = seed_state["rng"]
 
 
 ReplayBufferActor = ray.remote(num_cpus=0)(SharedReplay)
@@ -79,16 +89,16 @@ ReplayBufferActor = ray.remote(num_cpus=0)(SharedReplay)
 class ReplayView(Protocol):
     """The trainer's view of the shared replay memory."""
 
-    def size(self) -> int: ...
+    def size(self) -> np.ndarray: ...
 
-    def sample(self, count: int, batch_size: int) -> list[dict]: ...
+    def sample(self, counts: list[int], batch_size: int) -> list[dict]: ...
 
 
-def worker_sample(learner: OwnLearner, *, weights: Mapping | None, num_steps: int, env_steps: int,
+def worker_sample(learner: OwnLearner, *, weights: Mapping | None, num_steps: int, env_steps: list[int],
                   push: Callable[[dict], Any] | None = None) -> dict:
     """A rollout worker's part of an iteration: take the newest weights (None: unchanged), follow the
-    trial's env steps (DQN's epsilon schedule), collect; with `push` (DQN's shared replay) the
-    transitions go there instead of back to the trainer."""
+    trial's env steps of each seed (DQN's epsilon schedule), collect; with `push` (DQN's shared replay)
+    the transitions go there instead of back to the trainer."""
     if weights is not None:
         learner.set_weights(weights)
     learner.env_steps = env_steps
@@ -113,14 +123,14 @@ class Workers:
 
     def sample(self, num_steps: int) -> dict[str, Any]:
         batches = self.gather(weights=self.learner.get_weights(), num_steps=-(-num_steps // self.count),
-                              env_steps=self.learner.env_steps)
+                              env_steps=self.learner.seed_env_steps.tolist())
         return self.learner.absorb(batches)
 
-    def size(self) -> int:
+    def size(self) -> np.ndarray:
         return self.replay.size()
 
-    def minibatches(self, count: int, batch_size: int) -> list[dict[str, np.ndarray]]:
-        return self.replay.sample(count, batch_size)
+    def minibatches(self, counts: list[int], batch_size: int) -> list[dict[str, np.ndarray]]:
+        return self.replay.sample(counts, batch_size)
 
 
 class ActorReplay:
@@ -129,11 +139,11 @@ class ActorReplay:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
-    def size(self) -> int:
+    def size(self) -> np.ndarray:
         return ray.get(self.actor.size.remote())
 
-    def sample(self, count: int, batch_size: int) -> list[dict]:
-        return ray.get(self.actor.sample.remote(count, batch_size))
+    def sample(self, counts: list[int], batch_size: int) -> list[dict]:
+        return ray.get(self.actor.sample.remote(counts, batch_size))
 
 
 @ray.remote(num_cpus=1)
@@ -148,7 +158,7 @@ class RolloutWorker:
         self.server, self.replay, self.version = server, replay, 0
         self.config_env, self.env_config = config["env"], env_config_of(config)
 
-    def sample(self, num_steps: int, env_steps: int) -> dict:
+    def sample(self, num_steps: int, env_steps: list[int]) -> dict:
         self.version, weights = ray.get(self.server.pull.remote(self.version))
         push = None if self.replay is None else (lambda transitions: ray.get(self.replay.add.remote(transitions)))
         return worker_sample(self.learner, weights=weights, num_steps=num_steps, env_steps=env_steps, push=push)
@@ -175,7 +185,8 @@ class RolloutGroup:
         self.replay = None
         if name == "dqn":
             probe = build_learner(name, config)
-            self.replay = ReplayBufferActor.remote(probe.config.capacity, probe.buffer.fields, probe.config.seed)
+            self.replay = ReplayBufferActor.remote(probe.config.capacity, probe.buffer.fields, probe.config.seed,
+                                                   probe.num_seeds)
             probe.close()
         group = get_current_placement_group()
         self.workers = []
@@ -191,7 +202,7 @@ class RolloutGroup:
         replay = ActorReplay(self.replay) if self.replay is not None else None
         return learner.train_iteration(Workers(learner, gather=self._gather, count=len(self.workers), replay=replay))
 
-    def _gather(self, *, weights: dict, num_steps: int, env_steps: int) -> list[dict]:
+    def _gather(self, *, weights: dict, num_steps: int, env_steps: list[int]) -> list[dict]:
         ray.get(self.server.push.remote(weights))
         return ray.get([w.sample.remote(num_steps, env_steps) for w in self.workers])
 
