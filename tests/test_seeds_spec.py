@@ -65,8 +65,9 @@ def test_bad_seed_settings_are_named(raw, fragment):
 def test_preflight_refuses_several_seeds_for_a_trainable_that_trains_one(forbid_ray):
     from tune_runner.search.preflight import check_before_ray
 
-    check_before_ray(spec_of(seeds_per_trial=4))  # ppo trains several
-    for trainable in ("dqn", "rllib/PPO", "oracle"):
+    check_before_ray(spec_of(seeds_per_trial=4))  # ppo and dqn train several
+    check_before_ray(spec_of(trainable="dqn", seeds_per_trial=4))
+    for trainable in ("rllib/DQN", "rllib/PPO", "oracle"):
         with pytest.raises(UserError, match=f"seeds_per_trial: 4: {trainable} trains one seed per trial"):
             check_before_ray(spec_of(trainable=trainable, seeds_per_trial=4))
     check_before_ray(spec_of(trainable="dqn", seeds_per_trial=1))

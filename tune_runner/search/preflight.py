@@ -173,7 +173,7 @@ def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
         return
     if not trainable.seeds:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
-                        f"(ppo and agents that declare seeds_per_trial = True train several); "
+                        f"(ppo, dqn and agents that declare seeds_per_trial = True train several); "
                         f"set seeds_per_trial: 1")
     if "env_task_fn" in spec.fixed:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: a curriculum (env_task_fn) follows one "

@@ -32,7 +32,7 @@ from tune_runner.trainables.backends import (
 )
 
 OURS = ("ppo", "dqn")
-SEEDED = ("ppo",)  # ours that train seeds_per_trial > 1 seeds as one batched learner
+SEEDED = ("ppo", "dqn")  # ours that train seeds_per_trial > 1 seeds as one batched learner
 ORACLES = tuple(ORACLE_CLASSES)
 BACKENDS: Registry[Backend] = Registry("trainable")
 for _name in OURS:  # their spaces are declared beside their settings: no torch
