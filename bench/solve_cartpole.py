@@ -260,15 +260,18 @@ def child_main(name: str, seed: int, clock_args: dict[str, Any]) -> dict[str, An
 
 
 def sb3_python(venv: Path) -> Path | None:
-    """The SB3 venv's python, after creating the venv and installing SB3 and rl_zoo3 into it if needed."""
+    """The SB3 venv's python, after creating the venv and installing SB3 and rl_zoo3 into it if needed.
+
+    pandas too: rl_zoo3's optimizer (bench/search_vs_zoo.py) writes its report with Optuna's trials_dataframe,
+    which needs it, and rl_zoo3 lists it only under its `plots` extra."""
     python = venv / "bin" / "python"
-    check = [str(python), "-c", "import stable_baselines3, rl_zoo3"]
+    check = [str(python), "-c", "import stable_baselines3, rl_zoo3, pandas"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return python
     print(f"setting up {venv} for the SB3 contender (once; a few minutes) ...", flush=True)
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0"],
-             [str(python), "-m", "pip", "install", "--quiet", "stable-baselines3", "rl_zoo3"]]
+             [str(python), "-m", "pip", "install", "--quiet", "stable-baselines3", "rl_zoo3", "pandas"]]
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True)
         if done.returncode != 0:
