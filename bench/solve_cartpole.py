@@ -132,13 +132,18 @@ def run_ours(algo: str, seed: int, clock_args: dict[str, Any]) -> dict[str, Any]
     else:
         learner = DQN(DQNConfig.from_dict(values), env_id=ENV_ID)
     clock.mark_built()
+    return train_ours(learner, clock, config=values)
+
+
+def train_ours(learner: Any, clock: Clock, *, config: dict[str, Any]) -> dict[str, Any]:
+    """Train one of our learners until it solves or a cap stops it (bench/search_vs_zoo.py trains its configs so)."""
     while True:
         m = learner.train_iteration()
         solved = is_solved(m["episode_return_mean"], m["episodes"])
         cap = None if solved else clock.capped(learner.env_steps)
         if solved or cap:
             return clock.result(solved=solved, env_steps=learner.env_steps, episodes=m["episodes"],
-                                return_mean=m["episode_return_mean"], cap=cap, config=values)
+                                return_mean=m["episode_return_mean"], cap=cap, config=config)
 
 
 def run_rllib(algo: str, seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
@@ -186,42 +191,57 @@ def zoo_hyperparams() -> tuple[dict[str, Any], str]:
     return dict(ZOO_PPO), "built-in copy of the zoo's values"
 
 
-def run_sb3(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
+def sb3_kwargs(hyper: dict[str, Any]) -> dict[str, Any]:
+    """A zoo hyperparameter entry as SB3 PPO's keyword arguments: `lin_X` strings become linear schedules."""
     from rl_zoo3.utils import linear_schedule
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
 
-    hyper, source = zoo_hyperparams()
     kwargs = {k: v for k, v in hyper.items() if k not in ("n_envs", "n_timesteps", "policy")}
     for key, value in kwargs.items():
         if isinstance(value, str) and value.startswith("lin_"):
             kwargs[key] = linear_schedule(float(value[4:]))
+    return kwargs
+
+
+def train_sb3(kwargs: dict[str, Any], *, policy: str, n_envs: int, seed: int, clock_args: dict[str, Any],
+              budget: int) -> tuple[Any, EpisodeWindow, Clock]:
+    """SB3 PPO trained on `seed` until it solves, a cap stops it or `budget` env steps are done.
+
+    The clock starts after the imports, as for the others. The budget is also the horizon of the schedules
+    (lin_ values reach 0 there). bench/search_vs_zoo.py trains the zoo's tuned configs with it too."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
 
     class StopWhenSolved(BaseCallback):
         """Counts the episodes SB3's Monitor wrapper reports; stops training once solved or capped."""
 
-        def __init__(self, clock: Clock) -> None:
+        def __init__(self) -> None:
             super().__init__()
-            self.clock, self.window = clock, EpisodeWindow()
+            self.window = EpisodeWindow()
 
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
                     self.window.add(info["episode"]["r"])
-            return not (self.window.solved() or self.clock.capped(self.num_timesteps))
+            return not (self.window.solved() or clock.capped(self.num_timesteps))
 
     clock = Clock(**clock_args)
-    env = make_vec_env(ENV_ID, n_envs=int(hyper["n_envs"]), seed=seed)
-    model = PPO(hyper["policy"], env, seed=seed, device="cpu", verbose=0, **kwargs)
+    env = make_vec_env(ENV_ID, n_envs=n_envs, seed=seed)
+    model = PPO(policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
     clock.mark_built()
-    # The zoo's budget is also its schedules' horizon (lin_ values reach 0 there), so it caps the run too.
-    budget, stop = int(float(hyper["n_timesteps"])), StopWhenSolved(clock)
+    stop = StopWhenSolved()
     model.learn(total_timesteps=min(budget, clock.max_env_steps), callback=stop)
-    window = stop.window
+    return model, stop.window, clock
+
+
+def run_sb3(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
+    hyper, source = zoo_hyperparams()
+    kwargs, budget = sb3_kwargs(hyper), int(float(hyper["n_timesteps"]))
+    model, window, clock = train_sb3(kwargs, policy=hyper["policy"], n_envs=int(hyper["n_envs"]), seed=seed,
+                                     clock_args=clock_args, budget=budget)
     cap = None if window.solved() else (clock.capped(model.num_timesteps) or f"zoo budget {budget}")
     return clock.result(solved=window.solved(), env_steps=model.num_timesteps, episodes=window.episodes,
                         return_mean=window.mean(), cap=cap, config={**hyper, "source": source})
@@ -240,15 +260,18 @@ def child_main(name: str, seed: int, clock_args: dict[str, Any]) -> dict[str, An
 
 
 def sb3_python(venv: Path) -> Path | None:
-    """The SB3 venv's python, after creating the venv and installing SB3 and rl_zoo3 into it if needed."""
+    """The SB3 venv's python, after creating the venv and installing SB3 and rl_zoo3 into it if needed.
+
+    pandas too: rl_zoo3's optimizer (bench/search_vs_zoo.py) writes its report with Optuna's trials_dataframe,
+    which needs it, and rl_zoo3 lists it only under its `plots` extra."""
     python = venv / "bin" / "python"
-    check = [str(python), "-c", "import stable_baselines3, rl_zoo3"]
+    check = [str(python), "-c", "import stable_baselines3, rl_zoo3, pandas"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return python
     print(f"setting up {venv} for the SB3 contender (once; a few minutes) ...", flush=True)
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0"],
-             [str(python), "-m", "pip", "install", "--quiet", "stable-baselines3", "rl_zoo3"]]
+             [str(python), "-m", "pip", "install", "--quiet", "stable-baselines3", "rl_zoo3", "pandas"]]
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True)
         if done.returncode != 0:

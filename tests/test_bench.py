@@ -18,6 +18,7 @@ from tests.conftest import HERE
 def bench_module(name: str):
     spec = importlib.util.spec_from_file_location(name, HERE.parent / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -64,3 +65,48 @@ def test_the_tuning_sweep_runs_off_the_benchmarks_seeds():
     sweep = bench_module("sweep_own")
     assert sweep.seed_range("3,7,100-102") == [3, 7, 100, 101, 102]
     assert not set(sweep.parse_args(["PPO"]).seeds) & set(range(10))
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return bench_module("search_vs_zoo")
+
+
+def side(zoo, name: str, *, search: float, solved: int, seeds: int = 5, best: bool = True):
+    """A search_vs_zoo side as the driver fills it: its search's wall time and its check's seeds."""
+    runs = [{"seed": 5000 + i, "solved": i < solved, "env_steps": 60_000} for i in range(seeds)]
+    return zoo.Side(name, search_wall=search, search_status=0, best=zoo.Path("best") if best else None,
+                    check_wall=10.0, seeds=runs)
+
+
+def test_the_zoo_target_needs_a_fifth_of_the_wall_time_and_as_many_seeds_solved(zoo):
+    assert "target met" in zoo.verdict(side(zoo, "ours", search=60, solved=4), side(zoo, "zoo", search=300, solved=4))
+    slow = zoo.verdict(side(zoo, "ours", search=61, solved=5), side(zoo, "zoo", search=300, solved=4))
+    assert "target NOT MET" in slow and "0.203" in slow
+    fewer = zoo.verdict(side(zoo, "ours", search=10, solved=3), side(zoo, "zoo", search=300, solved=4))
+    assert "target NOT MET" in fewer and "seeds solved 3 vs 4" in fewer
+    assert "no best config from ours" in zoo.verdict(side(zoo, "ours", search=10, solved=0, best=False),
+                                                     side(zoo, "zoo", search=300, solved=4))
+
+
+def test_the_zoo_check_seeds_are_fresh_and_its_budget_is_the_same_for_both(zoo):
+    from tune_runner.search.reevaluate import SEED_BASE
+
+    args = zoo.parse_args([])
+    checked = set(range(zoo.FIRST_SEED, zoo.FIRST_SEED + args.verify_seeds))
+    # ours searches on seed 0 and re-evaluates (then verifies) from SEED_BASE up
+    assert len(checked) == 5 and not checked & ({0} | set(range(SEED_BASE, SEED_BASE + 100)))
+    assert args.verify_steps == 250_000
+    assert zoo.zoo_claim_text("Number of finished trials:  10\nBest trial:\nValue:  500.0\nParams: \n") == \
+        "best trial's mean eval return (5 episodes) 500.0"
+
+
+def test_our_best_config_is_checked_as_a_trial_builds_it(zoo, tmp_path):
+    """A bundle's config trained on a fresh seed with our PPO until the budget: real env, real torch."""
+    config = {"num_envs_per_env_runner": 8, "train_batch_size_per_learner": 256, "minibatch_size": 128,
+              "num_epochs": 1, "lr": 1e-3, "metrics_num_episodes_for_smoothing": 100}
+    bundle = tmp_path / "best.yaml"
+    bundle.write_text(zoo.json.dumps({"trainable": "ppo", "env": "CartPole-v1", "env_config": {}, "config": config}))
+    run = zoo.check_ours(bundle, 5000, {"max_wall": 60.0, "max_env_steps": 1024})
+    assert (run["solved"], run["cap"], run["config"]) == (False, "env-step cap 1024", config)
+    assert 1024 <= run["env_steps"] < 2048 and run["episodes"] > 0
