@@ -2,8 +2,11 @@
 `mlflow server` (one worker, on its own SQLite store), in one process.
 
 The peer is what Ray's stock MLflowLoggerCallback does: one `log_metric` request per
-metric per result. Ours sends one `log_batch` per result. Prints the time per result (the
-logging overhead of one training iteration) and the ratio, for each store.
+metric per result. tune-rl sent one `log_batch` per result until issue 16; its callback
+(MlflowTracking) now gathers each trial's results and hands them to a writer thread once a
+second. Prints, per result: the time of each way, the time Tune's loop spends in
+MlflowTracking's hook (what a trial waits for between iterations), and MlflowTracking's time
+until every result has landed; the ratios are to the per-metric peer.
 
     .venv/bin/python bench/mlflow_batching.py [--results 20] [--no-http]
 """
@@ -44,14 +47,38 @@ def batched(mlflow, run_id: str, results: int) -> float:
     return time.perf_counter() - start
 
 
-def measure(uri: str, results: int) -> tuple[float, float]:
-    """(per-metric, batched) seconds per result on the store at `uri`."""
+def tracked(uri: str, exp: str, parent: str, results: int) -> tuple[float, float]:
+    """MlflowTracking fed `results` results of one trial, as Tune's loop would, one every 20 ms (an
+    iteration of our PPO): (seconds in its hooks, seconds until every result has landed)."""
+    from types import SimpleNamespace
+
+    from tune_runner.tracking.callback import MlflowTracking
+
+    trial = SimpleNamespace(trial_id="bench_00000", config={}, last_result={}, error_file=None, error_msg="")
+    callback = MlflowTracking(uri=uri, experiment_id=exp, parent_run_id=parent, logged_keys=(), ending=str)
+    callback.on_trial_start(0, [trial], trial)
+    in_hooks, start = 0.0, time.perf_counter()
+    for i in range(results):
+        began = time.perf_counter()
+        callback.on_trial_result(0, [trial], trial, {**RESULT, "env_steps": i * 4000})
+        callback.on_step_end(0, [trial])
+        in_hooks += time.perf_counter() - began
+        time.sleep(0.02)
+    callback.on_experiment_end([trial])
+    return in_hooks, time.perf_counter() - start - 0.02 * results
+
+
+def measure(uri: str, results: int) -> tuple[float, float, float, float]:
+    """(per-metric, one log_batch per result, MlflowTracking's hooks, MlflowTracking to the last write)
+    seconds per result on the store at `uri`."""
     mlflow = client(uri)
     exp = experiment_id(mlflow, "bench", uri)
     peer_run = mlflow.create_run(exp).info.run_id
-    ours_run = mlflow.create_run(exp).info.run_id
-    batched(mlflow, ours_run, 1)  # warm up the store once for both
-    return per_metric(mlflow, peer_run, results) / results, batched(mlflow, ours_run, results) / results
+    batch_run = mlflow.create_run(exp).info.run_id
+    batched(mlflow, batch_run, 1)  # warm up the store once for all
+    peer, batch = per_metric(mlflow, peer_run, results), batched(mlflow, batch_run, results)
+    hooks, landed = tracked(uri, exp, mlflow.create_run(exp).info.run_id, results)
+    return peer / results, batch / results, hooks / results, landed / results
 
 
 def http_server(folder: Path) -> tuple[subprocess.Popen, str]:
@@ -76,7 +103,7 @@ def http_server(folder: Path) -> tuple[subprocess.Popen, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--results", type=int, default=20)
+    parser.add_argument("--results", type=int, default=100)
     parser.add_argument("--no-http", action="store_true", help="SQLite only, no server")
     args = parser.parse_args()
     rows = []
@@ -89,10 +116,12 @@ def main() -> None:
             finally:
                 os.killpg(proc.pid, signal.SIGINT)
                 proc.wait(30)
-    print(f"{args.results} results x {len(RESULT)} metrics; ms per result (the logging overhead of one iteration)")
-    print(f"{'store':22} {'per-metric (Ray stock)':>22} {'log_batch (tune-rl)':>20} {'ratio':>6}")
-    for name, peer, ours in rows:
-        print(f"{name:22} {peer * 1000:20.1f}ms {ours * 1000:18.1f}ms {peer / ours:5.1f}x")
+    print(f"{args.results} results x {len(RESULT)} metrics; ms per result")
+    print(f"{'store':22} {'per-metric (Ray stock)':>22} {'log_batch each':>16} {'MlflowTracking in loop':>24} "
+          f"{'to last write':>14}")
+    for name, peer, batch, hooks, landed in rows:
+        print(f"{name:22} {peer * 1000:20.1f}ms {batch * 1000:11.1f}ms {peer / batch:3.0f}x "
+              f"{hooks * 1000:17.2f}ms {peer / hooks:4.0f}x {landed * 1000:12.1f}ms")
 
 
 if __name__ == "__main__":

@@ -266,6 +266,7 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
         for row in frames[trial.trial_id].to_dict("records"):
             callback.on_trial_result(0, trials, trial, row)
         callback.on_trial_complete(0, trials, trial)
+    callback.on_experiment_end(trials)  # as Tune does before it returns: every write has landed
     fake = FakeAnalysis(trials, frames)
     top = max(trials, key=lambda t: t.last_result["episode_return_mean"])
     best = analysis.Best(trial_id=top.trial_id, config=top.config, value=top.last_result["episode_return_mean"],
@@ -365,5 +366,6 @@ def log_folder_search(uri: str, folder: Path, spec: Any) -> str:
         for row in loaded.rows(trial.trial_id):
             callback.on_trial_result(0, loaded.trials, trial, row)
         callback.on_trial_complete(0, loaded.trials, trial)
+    callback.on_experiment_end(loaded.trials)
     parent_run.close(client, parent, status="FINISHED")
     return parent

@@ -110,3 +110,29 @@ def test_our_best_config_is_checked_as_a_trial_builds_it(zoo, tmp_path):
     run = zoo.check_ours(bundle, 5000, {"max_wall": 60.0, "max_env_steps": 1024})
     assert (run["solved"], run["cap"], run["config"]) == (False, "env-step cap 1024", config)
     assert 1024 <= run["env_steps"] < 2048 and run["episodes"] > 0
+
+
+def probe_record() -> dict:
+    """What bench/search_probe.py writes for one search, by hand: stages from the process's first line,
+    two trials (one on a new actor, one on a reused one), one actor's gaps between tasks."""
+    phases = [("_checked", 1.0, 2.0), ("ensure_ray", 3.0, 4.0), ("_tracking", 7.0, 1.0), ("_fit", 8.0, 30.0),
+              ("_finish", 38.5, 25.0), ("reevaluate", 39.0, 20.0), ("write", 59.5, 1.0), ("_log_model", 60.5, 1.5)]
+    return {"phases": [{"name": n, "start": s, "seconds": d} for n, s, d in phases],
+            "trials": [{"actor": "new", "to_first_iteration_s": 4.5}, {"actor": "reused", "to_first_iteration_s": 0.1},
+                       {"actor": "reused", "to_first_iteration_s": 0.3}],
+            "actors": [{"gaps": [0.002, 0.004]}, {"gaps": []}], "started_at": 100.5, "forked_at": 100.0,
+            "wall_s": 63.0, "outer_wall_s": 65.0, "driver_cpu_s": 20.0, "training_s": 80.0, "env_steps": 1_500_000}
+
+
+def test_the_search_benchmark_splits_a_run_into_its_stages():
+    e2e = bench_module("search_e2e")
+    row = e2e.numbers(probe_record(), num_cpus=2)
+    assert (row["wall"], row["python start"], row["to Ray start"], row["Ray start"]) == (65.0, 0.5, 3.0, 4.0)
+    assert (row["search fit"], row["between the fits"], row["re-evaluation fit"]) == (30.0, 1.0, 20.0)
+    assert (row["after the re-evaluation"], row["exit"]) == (4.0, 1.5)  # 63 - (39 + 20); 65 - 0.5 - 63
+    assert (row["training"], row["not training"]) == (40.0, 25.0)  # 80 trial-seconds on 2 CPUs
+    assert row["new actor to 1st iteration (max)"] == 4.5 and row["reused actor to 1st iteration (max)"] == 0.3
+    assert row["gap between iterations (ms)"] == pytest.approx(3.0)
+    ours = e2e.numbers({**probe_record(), "outer_wall_s": 32.5}, num_cpus=2)
+    table = e2e.table({"base": [row], "ours": [ours]})
+    assert "| wall " in table and table.splitlines()[2].rstrip().endswith("|      0.50 |")  # ours / base

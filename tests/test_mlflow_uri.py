@@ -160,6 +160,20 @@ def test_sqlite_stores_are_checked_without_creating_anything(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "notes.db", "store.db"]  # no probe left behind
 
 
+def test_the_store_opened_while_ray_starts_is_one_that_exists_already(tmp_path):
+    from tune_runner.mlflow_uri import client, opens_without_writing
+    from tune_runner.search.runner import _store_if_there
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    assert not opens_without_writing(uri) and _store_if_there(uri) is None
+    assert list(tmp_path.iterdir()) == []  # a search refused by the checks on Ray leaves no store
+    client(uri).search_experiments()  # the search creates it after those checks
+    assert opens_without_writing(uri) and _store_if_there(uri).search_experiments()
+    assert opens_without_writing("http://127.0.0.1:5000") and opens_without_writing("databricks")
+    assert not opens_without_writing("postgresql://db/mlflow")  # an empty database gets its tables on opening
+    assert not opens_without_writing("sqlite:///:memory:")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits: nothing to refuse as root")
 def test_a_store_folder_without_write_permission_is_refused(tmp_path):
     locked = tmp_path / "locked"

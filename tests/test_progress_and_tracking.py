@@ -95,3 +95,69 @@ def test_every_hook_we_define_is_one_tune_calls():
     for cls in (LiveView, MlflowTracking):
         hooks = [name for name in vars(cls) if name.startswith("on_")]
         assert hooks and all(hasattr(Callback, name) for name in hooks), (cls, hooks)
+
+
+def done(result: dict) -> str:
+    return "done"
+
+
+def tracked(tmp_path, **kwargs):
+    """An MlflowTracking on a fresh SQLite store under a parent run; (callback, client)."""
+    from tune_runner.tracking.callback import MlflowTracking, client, experiment_id
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow = client(uri)
+    exp_id = experiment_id(mlflow, "tracked", uri)
+    parent = mlflow.create_run(exp_id).info.run_id
+    callback = MlflowTracking(uri=uri, experiment_id=kwargs.pop("experiment_id", exp_id), parent_run_id=parent,
+                              logged_keys=("lr", "gamma"), ending=done, **kwargs)
+    return callback, mlflow
+
+
+def test_child_runs_get_every_result_in_batches_sent_off_tunes_loop(tmp_path):
+    callback, mlflow = tracked(tmp_path, flush_every_s=3600.0)
+    trials = [trial(1), trial(2)]
+    for t in trials:
+        callback.on_trial_start(0, trials, t)
+    for step in range(1, 31):
+        for t in trials:
+            callback.on_trial_result(0, trials, t, {"env_steps": 100 * step, "episode_return_mean": float(step)})
+    callback._writer.close()  # every call made so far has landed: the runs, not yet their metrics
+    first = callback.runs["abc_00001"]
+    assert mlflow.get_run(first).data.params == {"lr": "0.00123", "gamma": "0.99"}
+    assert mlflow.get_metric_history(first, "episode_return_mean") == []
+    callback.on_trial_complete(0, trials, trials[0])
+    callback.on_step_end(1, trials)  # not due: the other trial's metrics wait
+    callback.on_experiment_end(trials)
+    for t in trials:
+        run = mlflow.get_run(callback.runs[t.trial_id])
+        history = mlflow.get_metric_history(run.info.run_id, "episode_return_mean")
+        assert sorted((m.step, m.value) for m in history) == [(100 * s, float(s)) for s in range(1, 31)]
+        assert run.data.tags["mlflow.parentRunId"] == callback.parent_run_id
+    assert mlflow.get_run(first).info.status == "FINISHED"
+    assert mlflow.get_run(first).data.tags["tune_rl.status"] == "terminated"
+    assert mlflow.get_run(callback.runs["abc_00002"]).info.status == "RUNNING"  # never ended: still running
+
+
+def test_a_failed_mlflow_write_stops_the_search_at_the_next_hook(tmp_path):
+    from mlflow.exceptions import MlflowException
+
+    callback, _ = tracked(tmp_path, experiment_id="424242")  # no such experiment: create_run fails
+    trials = [trial(1)]
+    callback.on_trial_start(0, trials, trials[0])
+    with pytest.raises(MlflowException):
+        callback.on_experiment_end(trials)
+    with pytest.raises(MlflowException):  # and at every hook after
+        callback.on_step_end(1, trials)
+
+
+def test_tracking_pickles_without_its_thread_and_unsent_metrics(tmp_path):
+    import pickle
+
+    callback, _ = tracked(tmp_path)
+    trials = [trial(1)]
+    callback.on_trial_start(0, trials, trials[0])
+    callback.on_trial_result(0, trials, trials[0], {"env_steps": 100, "episode_return_mean": 1.0})
+    copy = pickle.loads(pickle.dumps(callback))
+    assert copy._pending == {} and copy.flush_every_s == callback.flush_every_s and copy.uri == callback.uri
+    callback.on_experiment_end(trials)

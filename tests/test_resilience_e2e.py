@@ -187,6 +187,20 @@ def test_a_trial_that_keeps_failing_is_errored_everywhere_and_the_search_finishe
     assert len(runs) == 2 and all("injected failure" in r.data.tags["tune_rl.error"] for r in runs)
 
 
+def test_the_console_script_leaves_with_the_searchs_status_its_output_and_no_ray_behind(_isolated_home, tmp_path):
+    """`tune-rl search` in its own process ends without Python's teardown once Ray is shut down (cli.main.leave):
+    the exit status is still the search's, every line of its summary is out, and no Ray process remains."""
+    space = slow_oracle(tmp_path / "x.yaml", trials=2, sleep_s=0.0, fail_at=12_000)
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "leaves", "--num-cpus", "2",
+                        "--max-failures", "0")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 3, out  # every trial failed: not 0 from a hurried exit
+    assert out.rstrip().splitlines()[-1].startswith("exported "), out[-2000:]  # the summary's last line, flushed
+    assert (_isolated_home / "results" / "leaves" / "tune_rl_finished.json").is_file()
+    time.sleep(1)
+    assert marked(proc.pid) == []  # shut down by the driver, not left to the reaper
+
+
 def test_nan_in_a_loss_stops_the_trial_as_errored_with_the_reason(ray_session, cli, _isolated_home, tmp_path):
     space = slow_oracle(tmp_path / "n.yaml", trials=2, sleep_s=0.0, nan_at=5_000)
     result = cli("search", "--space", str(space), "--name", "nan", "--max-failures", "0")

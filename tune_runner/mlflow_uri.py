@@ -79,6 +79,16 @@ def read_sqlite(path: Path) -> Any:
     return sqlite3.connect(f"{where}?mode=rw", uri=True)
 
 
+def opens_without_writing(uri: str) -> bool:
+    """Whether opening a client on `uri` creates nothing: a SQLite file that exists already, or a
+    server (a new SQLite store, or an empty database, is created with its tables on opening)."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme == "sqlite":
+        path = sqlite_path(uri)
+        return path is not None and path.is_file()
+    return scheme in ("http", "https") or uri.startswith("databricks")
+
+
 def create_store_folder(uri: str) -> None:
     """Make the folder of a SQLite store: MLflow creates the database file, not its folder."""
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -120,14 +121,12 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     spec = prepared.spec
     started = time.monotonic()
     console.header(spec, name, out)
+    store = _open_store(options.mlflow_uri)
     shipped = ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
                          address=options.address, plugins=spec.plugins)
-    check_resources(spec, prepared)
-    _note_storage(options, out)
-    if not options.resume:  # after the checks that need Ray, so that a refused search leaves nothing
-        resume.save(exp_path, spec=spec, options=options)
+    _checked_on_ray(prepared, options, exp_path, out=out)
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
-                                                         out=out)
+                                                         out=out, store=store)
     status = "FAILED"
     try:
         unfinished = _fit(trial_plugins(spec, shipped), prepared, name=name, where=options.storage, local=exp_path,
@@ -172,10 +171,41 @@ def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str) -> tuple
     return prepared, name, exp_path, options
 
 
+def _checked_on_ray(prepared: Prepared, options: RunOptions, exp_path: Path, *, out: TextIO) -> None:
+    """The checks that need Ray; then a new search's options are saved (a refused search leaves nothing)."""
+    check_resources(prepared.spec, prepared)
+    _note_storage(options, out)
+    if not options.resume:
+        resume.save(exp_path, spec=prepared.spec, options=options)
+
+
+def _open_store(uri: str) -> Future:
+    """MLflow's client for `uri`, made in a thread while Ray starts (ray.init mostly waits for Ray's
+    processes): importing MLflow takes 2-4 s of the driver's own time and opening a SQLite store 1-2 s
+    more. A store that would be created by opening it is not opened there (the thread only imports
+    MLflow, and answers None): a search that the checks on Ray refuse must leave no store behind."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tune-rl-mlflow-store")
+    try:
+        return pool.submit(_store_if_there, uri)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _store_if_there(uri: str) -> Any:
+    if mlflow_uri.opens_without_writing(uri):
+        return tracking.client(uri)
+    import mlflow.tracking  # noqa: F401 - the imports alone
+
+    if uri.lower().startswith(mlflow_uri.DATABASE_SCHEMES):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - SQLAlchemy and Alembic
+    return None
+
+
 def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, population: bool,
-              out: TextIO) -> tuple[Any, str, str, list, Any]:
-    """The MLflow parent run (continued on a resume, with its child runs) and the Tune callbacks."""
-    mlflow = tracking.client(options.mlflow_uri)
+              out: TextIO, store: Future) -> tuple[Any, str, str, list, Any]:
+    """The MLflow parent run (continued on a resume, with its child runs) and the Tune callbacks; `store` is
+    _open_store's."""
+    mlflow = store.result() or tracking.client(options.mlflow_uri)
     exp_id = tracking.experiment_id(mlflow, spec.name, options.mlflow_uri)
     parent = tracking.find_parent(mlflow, exp_id, search_id=options.search_id, exp_path=exp_path) \
         if options.resume else None
