@@ -15,6 +15,14 @@ from tune_runner.cli.main import main
 HERE = Path(__file__).parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One cache folder for the whole run (TUNE_RL_CACHE, inherited by the CLI processes tests start): the suite
+    never writes to the real ~/.cache/tune-rl, and its many new MLflow stores are copies of one empty store."""
+    import tempfile
+
+    os.environ.setdefault("TUNE_RL_CACHE", tempfile.mkdtemp(prefix="tune-rl-test-cache-"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The unit tests first, then the e2e ones, each in file order: the suite's one Ray starts with the first e2e
     test that needs it and stays up, and a unit test must see what a user's process sees before any Ray (an

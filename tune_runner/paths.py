@@ -4,6 +4,8 @@ Everything a run writes goes under TUNE_RL_HOME (default ~/.tune-rl):
     results/        Ray Tune experiment folders (one per search)
     mlflow.db       the default MLflow tracking store (SQLite)
     mlartifacts/    MLflow artifacts of that store
+
+and what can be rebuilt (an empty MLflow store to copy new ones from) under cache().
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def package_for_cluster() -> Iterator[Path]:
 def home() -> Path:
     """TUNE_RL_HOME, absolute."""
     return Path(os.environ.get("TUNE_RL_HOME", "~/.tune-rl")).expanduser().resolve()
+
+
+def cache() -> Path:
+    """What tune-rl keeps between runs that can be rebuilt at any time: TUNE_RL_CACHE, else
+    $XDG_CACHE_HOME/tune-rl (~/.cache/tune-rl)."""
+    if os.environ.get("TUNE_RL_CACHE"):
+        return Path(os.environ["TUNE_RL_CACHE"]).expanduser().resolve()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser().resolve() / "tune-rl"
 
 
 def default_storage() -> Path:
