@@ -130,3 +130,22 @@ def test_a_dqn_trial_of_two_seeds_reports_each_and_their_aggregate():
     assert len(losses) == 2 and losses[0] != losses[1]  # two seeds, trained apart
     assert result["qf_loss"] == pytest.approx(sum(losses) / 2)
     trial.stop()
+
+
+def test_a_re_evaluation_line_counts_the_seeds_that_reached_stop_at_as_the_verdict_does():
+    """The aggregate of seeds 500, 379 and 482 ends below 475, yet each seed reached it at some result: the line
+    says 3/3 seeds solved, as the robust verdict will, not 'not solved' from the aggregate's last value."""
+    from tune_runner.search.reevaluate import _solved_said
+    from tune_runner.spec.experiment import load_spec
+
+    spec = load_spec("ppo_small")
+    config = {SEEDS_KEY: 3, "seed": 1000}
+    last = {"episode_return_mean": 467.7, "env_steps": 250_000}
+    analysis = {f"seed_{i}/episode_return_mean": {"max": best, "last": end}
+                for i, (best, end) in enumerate([(500.0, 500.0), (480.0, 379.3), (476.0, 481.8)])}
+    assert _solved_said(config, last, analysis, spec) == ", 3/3 seeds solved in 250,000 env steps"
+    analysis["seed_1/episode_return_mean"]["max"] = 474.9
+    assert _solved_said(config, last, analysis, spec) == ", 2/3 seeds solved in 250,000 env steps"
+    assert _solved_said({"seed": 1000}, last, {}, spec) == ", not solved in 250,000 env steps"
+    assert _solved_said({"seed": 1000}, {**last, "episode_return_mean": 480.0, "env_steps": 99_000}, {}, spec) == \
+        ", solved at 99,000 env steps"

@@ -181,10 +181,7 @@ def _progress_class() -> type:
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             index, last = int(trial.config[CANDIDATE_KEY]), trial.last_result or {}
             value = last.get(self.spec.metric, math.nan)
-            solved = ""
-            if self.spec.stop_at is not None:
-                solved = f", solved at {int(last.get('env_steps', 0)):,} env steps" if self.spec.reached(last) \
-                    else f", not solved in {self.spec.budget_env_steps:,} env steps"
+            solved = _solved_said(trial.config, last, trial.metric_analysis, self.spec)
             if self.out is not None:
                 print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, last, self.spec)}: "
                       f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
@@ -200,6 +197,24 @@ def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSp
         return f"seed {config['seed']}"
     values = ", ".join(f"{v:.1f}" for v in per_seed(last, spec.metric))
     return f"seeds {', '.join(map(str, seed_numbers(config)))} ({values}; {spec.seed_aggregate})"
+
+
+def _solved_said(config: dict[str, Any], last: dict[str, Any], analysis: dict[str, dict], spec: ExperimentSpec) -> str:
+    """How a finished re-evaluation trial did against stop_at, as the robust verdict counts it: a one-seed trial
+    solved at its last result (the stopper ends it there); a trial of K seeds by how many seeds reached stop_at
+    at some result (each seed's best value in Tune's metric_analysis), not by its aggregate's last value."""
+    from tune_runner.spec.seeds import seed_key
+
+    if spec.stop_at is None:
+        return ""
+    steps, k = int(last.get("env_steps", 0)), int(config.get(reserved.SEEDS_KEY, 1))
+    if k == 1:
+        return f", solved at {steps:,} env steps" if spec.reached(last) \
+            else f", not solved in {spec.budget_env_steps:,} env steps"
+    best = "max" if spec.mode == "max" else "min"
+    solved = sum(spec.reached({spec.metric: analysis.get(seed_key(i, spec.metric), {}).get(best, math.nan)})
+                 for i in range(k))
+    return f", {solved}/{k} seeds solved in {steps:,} env steps"
 
 
 def _Progress(picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> Any:  # noqa: N802 - a class factory
