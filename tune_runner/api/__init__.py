@@ -2,7 +2,7 @@
 
     import tune_runner as tr
 
-    result = tr.search("ppo_small", overrides={"num_samples": 2}, storage="runs/")  # -> SearchResult
+    result = tr.search("ppo_small", overrides={"num_samples": 4}, storage="runs/")  # -> SearchResult
     result.best_config, result.dataframe(), result.export("cartpole-ppo.yaml")
     tr.best(result.name, storage="runs/", scope="avg-last-5")                        # -> BestResult
     tr.resume(name); tr.report(name); tr.load_policy("cartpole-ppo.yaml")
