@@ -89,11 +89,13 @@ def opens_without_writing(uri: str) -> bool:
     return scheme in ("http", "https") or uri.startswith("databricks")
 
 
-def create_store_folder(uri: str) -> None:
-    """Make the folder of a SQLite store: MLflow creates the database file, not its folder."""
+def create_store_folder(uri: str) -> Path | None:
+    """Make the folder of a SQLite store (MLflow creates the database file, not its folder); the file's path,
+    or None for any other store."""
     path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _check_folder(uri: str, folder: Path) -> None:
@@ -283,8 +285,7 @@ def client(uri: str) -> Any:
     of a cached empty one (new_sqlite_store)."""
     from mlflow.tracking import MlflowClient
 
-    create_store_folder(uri)
-    path = sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    path = create_store_folder(uri)
     if path is not None and not path.exists():
         new_sqlite_store(uri, path)
     return MlflowClient(tracking_uri=uri)
