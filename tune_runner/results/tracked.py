@@ -290,8 +290,9 @@ def config_of(spec: ExperimentSpec, params: dict[str, str], *, where: str) -> di
 
     config: dict[str, Any] = {"env": spec.env, "env_config": copy.deepcopy(spec.env_config),
                               **copy.deepcopy(spec.fixed)}
-    for param in spec.space:
-        config[param.name] = typed(param, params, where=where)
+    for param in spec.space:  # parents first: a parameter whose condition fails was not searched in this trial
+        if param.active(config):
+            config[param.name] = typed(param, params, where=where)
     if spec.plugins:
         config[reserved.PLUGINS_KEY] = list(spec.plugins)
     return config

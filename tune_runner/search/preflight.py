@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.spec.search_space import Param, _thaw, prune
 
 if TYPE_CHECKING:
     from tune_runner.trainables.backends import Backend
@@ -34,6 +35,12 @@ class Prepared:
     searcher: Any
     scheduler: Any
     population: bool = False
+
+    @property
+    def owns_space(self) -> bool:
+        """The searcher holds the searched parameters itself (a conditional space in optuna, hyperopt or
+        bohb): Tune's param_space then carries the fixed values only."""
+        return self.spec.conditional and self.spec.searcher.name not in ("random", "grid")
 
 
 def unknown_env(name: str) -> str | None:
@@ -210,6 +217,10 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
     if searcher.scheduler and kind != searcher.scheduler:
         raise UserError(f"{where}: searcher: {name} works only with scheduler {searcher.scheduler}, got "
                         f"scheduler {kind}; set scheduler: {searcher.scheduler}")
+    if scheduler.population and spec.conditional:
+        first = next(p for p in spec.space if p.when)
+        raise UserError(f"{where}: space.{first.name}.when: {kind} copies and mutates whole configs between "
+                        f"trials and cannot keep a condition; drop when:, or use scheduler asha")
     if scheduler.population and searcher.model_based:
         raise UserError(f"{where}: searcher: {kind} picks hyperparameters itself and cannot run with the "
                         f"{name} searcher (Ray refuses it at the first trial); use searcher: random")
@@ -222,12 +233,25 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
 def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
     """The backend's own validation on one sample of the space, then on each parameter's extremes."""
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
-    candidates = [base] + [{**base, p.name: value} for p in spec.space for value in p.extremes()]
+    candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
+                           for p in spec.space for value in p.extremes()]
     for config in candidates:
-        problem = trainable.check_config(config)
+        problem = trainable.check_config(prune(config, spec.space))  # as a trial gets it: no inactive parameter
         if problem:
             return problem
     return None
+
+
+def activating(param: Param, params: tuple[Param, ...]) -> dict[str, Any]:
+    """Parent values under which `param` is searched: each condition's first value, up the chain of parents."""
+    by_name = {p.name: p for p in params}
+    values: dict[str, Any] = {}
+    pending = list(param.when)
+    while pending:
+        parent, allowed = pending.pop()
+        values[parent] = _thaw(allowed[0])
+        pending.extend(by_name[parent].when if parent in by_name else ())
+    return values
 
 
 def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]]:

@@ -72,7 +72,7 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
     tuner = tune.Tuner(
         record.trainable_class(), param_space=space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
-                                    max_concurrent_trials=spec.max_concurrent),
+                                    max_concurrent_trials=spec.max_concurrent, search_alg=_generator(spec)),
         run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=_stopper(spec, batched=record.seeds),
                                   verbose=0, callbacks=[_Progress(picks, spec, out), ProgressCSV(),
                                                         JsonLoggerCallback()],
@@ -101,6 +101,16 @@ def _space(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, firs
     for key in keys:
         space[key] = tune.sample_from(_Pick(picks, key))
     return space
+
+
+def _generator(spec: ExperimentSpec) -> Any:
+    """None (Tune's own variant generator), or for a conditional space one that leaves out of each trial the
+    parameters its candidate did not have (`_Pick` gives those None)."""
+    if not spec.conditional:
+        return None
+    from tune_runner.search.conditional import PruningVariantGenerator
+
+    return PruningVariantGenerator(spec.space)
 
 
 def _stopper(spec: ExperimentSpec, *, batched: bool) -> Any:

@@ -259,13 +259,14 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
         failure_config=tune.FailureConfig(max_failures=max_failures))
     if resume:
         tuner = tune.Tuner.restore(str(storage.join(where, name)), trainable=prepared.trainable, resume_unfinished=True,
-                                   resume_errored=True, param_space=spec.param_space())
+                                   resume_errored=True,
+                                   param_space=spec.param_space(searched=not prepared.owns_space))
         # The restored run config holds the callbacks pickled at the start; ours must be the live ones.
         tuner._local_tuner._run_config = run_config
     else:
         tuner = tune.Tuner(
             prepared.trainable,
-            param_space=spec.param_space(),
+            param_space=spec.param_space(searched=not prepared.owns_space),
             tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, search_alg=prepared.searcher,
                                         scheduler=prepared.scheduler, num_samples=spec.num_samples,
                                         max_concurrent_trials=spec.max_concurrent, reuse_actors=True),

@@ -52,13 +52,18 @@ def _random(settings: dict, params: tuple[Param, ...], points: list[dict]) -> An
 
 
 def _optuna(settings: dict, params: tuple[Param, ...], points: list[dict]) -> Any:
-    import optuna
     from ray.tune.search.optuna import OptunaSearch
+
+    return OptunaSearch(sampler=optuna_sampler(settings), points_to_evaluate=points or None)
+
+
+def optuna_sampler(settings: dict) -> Any:
+    """The Optuna sampler a searcher's settings ask for (TPE by default), seeded."""
+    import optuna
 
     kind = settings.get("sampler", "tpe")
     options = {k: v for k, v in settings.items() if k not in (*COMMON, "sampler")}
-    sampler = getattr(optuna.samplers, OPTUNA_SAMPLERS[kind])(seed=settings.get("seed"), **options)
-    return OptunaSearch(sampler=sampler, points_to_evaluate=points or None)
+    return getattr(optuna.samplers, OPTUNA_SAMPLERS[kind])(seed=settings.get("seed"), **options)
 
 
 def _optuna_settings(settings: dict) -> list[str]:
@@ -136,6 +141,14 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
     points = warm_start_points(component.settings, params, where=where, storage=storage,
                                metric=metric, mode=mode) + points
     try:
+        if any(p.when for p in params):  # the searcher holds the space: see tune_runner.search.conditional
+            from tune_runner.search import conditional
+
+            settings = component.settings
+            return conditional.searcher(
+                component.name, settings.get("seed"), {k: v for k, v in settings.items() if k not in COMMON},
+                params, points, metric=metric, mode=mode, where=where,
+                sampler=optuna_sampler(settings) if component.name == "optuna" else None)
         return kind.build(component.settings, params, points)
     except (TypeError, ValueError, AssertionError) as exc:
         raise UserError(f"{where}: searcher: {component.name} rejects its settings: "

@@ -92,11 +92,18 @@ class ExperimentSpec:
                 total *= len(param.args)
         return total
 
-    def param_space(self) -> dict:
-        """Ray Tune's `param_space`: env, env_config, fixed values and search domains."""
+    @property
+    def conditional(self) -> bool:
+        """Whether some searched parameter has a condition (`when:`)."""
+        return any(p.when for p in self.space)
+
+    def param_space(self, *, searched: bool = True) -> dict:
+        """Ray Tune's `param_space`: env, env_config, fixed values and search domains; without the domains
+        (`searched=False`) where the searcher holds the space itself (a conditional one)."""
         space = {"env": self.env, "env_config": copy.deepcopy(self.env_config)}
         space.update(copy.deepcopy(self.fixed))
-        space.update({p.name: p.to_tune() for p in self.space})
+        if searched:
+            space.update({p.name: p.to_tune() for p in self.space})
         if self.plugins:
             space[reserved.PLUGINS_KEY] = list(self.plugins)
         if self.seeds_per_trial > 1:  # a one-seed search's trial configs stay as they were
@@ -117,8 +124,7 @@ class ExperimentSpec:
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
             "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
-            "space": {p.name: {p.dist: [list(a) if isinstance(a, tuple) else a for a in p.args]}
-                      for p in self.space},
+            "space": {p.name: p.as_raw() for p in self.space},
             **seeds,
         }
 
@@ -249,8 +255,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
     mode = _typed(raw, "mode", str, where, default="max")
     if mode not in ("max", "min"):
         raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
-    space = parse_space(raw.get("space"), where=where)
     fixed = _typed(raw, "fixed", dict, where, default={})
+    space = parse_space(raw.get("space"), where=where, fixed=fixed)
     for key in reserved.TOP_LEVEL:
         if key in fixed or key in {p.name for p in space}:
             search = "; search one of its keys as space: {env_config.NAME: {choice: [...]}}" \
