@@ -125,6 +125,8 @@ class PPOConfig:
     """Weight of the value loss."""
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus."""
+    normalize_advantage: bool = True
+    """Scale each seed's advantages to mean 0 and std 1 over its train batch (RLlib does, always)."""
     num_epochs: int = 10
     """Passes over each train batch."""
     minibatch_size: int = 256
@@ -198,6 +200,16 @@ class DQNConfig:
     """Env steps between copies of the Q network into the target network."""
     epsilon: float | tuple[tuple[int, float], ...] = ((0, 1.0), (10000, 0.05))
     """A constant, or [[env_step, value], ...] interpolated linearly (RLlib's format)."""
+    initial_epsilon: float | None = None
+    """With final_epsilon and epsilon_timesteps (RLlib's old EpsilonGreedy names), instead of `epsilon`: the
+    schedule [[0, initial_epsilon], [epsilon_timesteps, final_epsilon]]."""
+    final_epsilon: float | None = None
+    """The exploration rate from epsilon_timesteps env steps on (see initial_epsilon)."""
+    epsilon_timesteps: int | None = None
+    """Env steps over which epsilon falls from initial_epsilon to final_epsilon (see initial_epsilon)."""
+    use_target_network: bool = True
+    """Bootstrap from a target network copied every target_network_update_freq env steps; false: from the
+    Q network itself (no gradient through the target)."""
     training_intensity: float | None = None
     """Trained transitions per sampled env step; None: one gradient step per vector step."""
     n_step: int = 1
@@ -236,6 +248,7 @@ class DQNConfig:
         object.__setattr__(self, "model_config", dict(self.model_config))
         check_model(self.model, self.model_config)
         object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
+        self._epsilon_from_names()
         if not isinstance(self.epsilon, (int, float)):
             object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
         optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
@@ -248,6 +261,28 @@ class DQNConfig:
         check_unit(self, "gamma", allow_zero=False)
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
+
+    def _epsilon_from_names(self) -> None:
+        """initial_epsilon, final_epsilon and epsilon_timesteps, all three, become `epsilon`'s schedule."""
+        names = ("initial_epsilon", "final_epsilon", "epsilon_timesteps")
+        given = [n for n in names if getattr(self, n) is not None]
+        if not given:
+            return
+        if self.epsilon != DQNConfig.epsilon:
+            raise ValueError(f"DQNConfig.epsilon and {given[0]} both set the exploration schedule; keep one")
+        if len(given) < len(names):
+            missing = [n for n in names if n not in given]
+            raise ValueError(f"DQNConfig.{given[0]} needs {' and '.join(missing)} too (the schedule "
+                             f"[[0, initial_epsilon], [epsilon_timesteps, final_epsilon]]); set all three, or epsilon")
+        for name in names[:2]:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"DQNConfig.{name} must be a number in [0, 1], got {name}={value!r}")
+        steps = self.epsilon_timesteps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"DQNConfig.epsilon_timesteps must be a positive whole number of env steps, got "
+                             f"epsilon_timesteps={steps!r}")
+        object.__setattr__(self, "epsilon", ((0, float(self.initial_epsilon)), (steps, float(self.final_epsilon))))
 
     @property
     def capacity(self) -> int:

@@ -215,6 +215,8 @@ class DQN(SeedLearnerBase):
     def update_target(self) -> None:
         """Copy each seed's Q network into its target network once target_network_update_freq of its env steps
         passed."""
+        if not self.config.use_target_network:
+            return
         for i, (steps, last) in enumerate(zip(self.seed_env_steps.tolist(), self._last_target_update, strict=True)):
             if steps - last >= self.config.target_network_update_freq:
                 self.target.load_seed_state(i, self.q.seed_state(i))
@@ -229,9 +231,10 @@ class DQN(SeedLearnerBase):
         q = self.q(s["obs"]).gather(-1, s["actions"][..., None]).squeeze(-1)
         with torch.no_grad():
             next_mask = s.get("next_mask")
+            bootstrap = self.target if c.use_target_network else self.q
             target = dqn_targets(
                 rewards=s["rewards"], discount=s["discount"], terminated=s["terminated"],
-                next_q_target=masked_logits(self.target(s["next_obs"]), next_mask),
+                next_q_target=masked_logits(bootstrap(s["next_obs"]), next_mask),
                 next_q_online=masked_logits(self.q(s["next_obs"]), next_mask) if c.double_q else None)
         td_error = q - target
         losses, total = td_loss(c.td_error_loss_fn, q, target)

@@ -266,7 +266,8 @@ class PPO(SeedLearnerBase):
         data = {"obs": batch["obs"], "actions": batch["actions"], "logp": batch["logp"], "value_targets": targets,
                 **({"mask": batch["mask"]} if "mask" in batch else {})}
         data = {key: by_seed(value, k)[valid] for key, value in data.items()}
-        data["advantages"] = standardized(by_seed(advantages, k)[valid], counts)
+        advantages = by_seed(advantages, k)[valid]
+        data["advantages"] = standardized(advantages, counts) if c.normalize_advantage else advantages
         tensors = {key: to_tensor(value, self.device) for key, value in data.items()}
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,

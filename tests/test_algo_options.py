@@ -1,0 +1,95 @@
+"""The learner settings ARLBench's spaces search (issue 17, item 1), each against a hand-computed oracle:
+PPO without advantage normalization, DQN without a target network, DQN's epsilon by start, end and steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, compute_gae
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _advantages_seen(normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(the advantages of one PPO batch as the first minibatch update saw them, the batch's raw GAE)."""
+    learner = PPO(PPOConfig(num_envs_per_env_runner=2, train_batch_size=32, minibatch_size=32, num_epochs=1,
+                            normalize_advantage=normalize, seed=5), env_id="CartPole-v1")
+    batch = learner.collect(32)
+    values, last_values = learner._values(batch["obs"], batch["last_obs"])
+    raw, _ = compute_gae(rewards=batch["rewards"], values=values, terminated=batch["terminated"],
+                         truncated=batch["truncated"], last_values=last_values, gamma=0.99, lambda_=0.95)
+    raw = raw[batch["valid"]]
+    seen = []
+    update = learner._update
+    learner._update = lambda mb, **kw: (seen.append(mb["advantages"].numpy().copy()), update(mb, **kw))[1]
+    learner.learn(batch)
+    return np.sort(seen[0]), np.sort(raw)
+
+
+def test_ppo_advantages_are_standardized_by_default_and_raw_without_it():
+    seen, raw = _advantages_seen(normalize=True)
+    np.testing.assert_allclose(seen, np.sort((raw - raw.mean()) / (raw.std() + 1e-8)), rtol=1e-5, atol=1e-6)
+    seen, raw = _advantages_seen(normalize=False)
+    assert raw.std() > 0.1  # raw GAE here is far from standardized: the two cases differ
+    np.testing.assert_allclose(seen, raw, rtol=1e-5, atol=1e-6)
+
+
+def _dqn(use_target_network: bool) -> DQN:
+    return DQN(DQNConfig(num_envs_per_env_runner=2, train_batch_size=8, fcnet_hiddens=(8,), seed=3, double_q=False,
+                         use_target_network=use_target_network, target_network_update_freq=1), env_id="CartPole-v1")
+
+
+def _minibatch(learner: DQN) -> dict[str, np.ndarray]:
+    learner.buffer.add(learner.collect(16)["transitions"])
+    return learner.buffer.minibatches([1], 8, [np.random.default_rng(0)])[0]
+
+
+def test_without_a_target_network_dqn_bootstraps_from_its_q_network():
+    """The oracle: r + discount * max_a Q(s', a) by the Q network itself (a step's target by hand), whatever the
+    target network holds, and the step equals one with a target network that is a copy of the Q network."""
+    alone, copied = _dqn(False), _dqn(True)
+    sample = _minibatch(alone)
+    with torch.no_grad():
+        for p in alone.target.parameters():
+            p.add_(torch.randn_like(p))  # garbage the learner must not read
+        next_q = alone.q(torch.as_tensor(sample["next_obs"][0])).max(-1).values.numpy()
+        q = alone.q(torch.as_tensor(sample["obs"][0])).gather(-1, torch.as_tensor(sample["actions"][0])[:, None])
+    by_hand = sample["rewards"][0] + sample["discount"][0] * np.where(sample["terminated"][0], 0.0, next_q)
+    td = np.abs(q.squeeze(-1).numpy() - by_hand).mean()
+    copied.target.load_seed_state(0, copied.q.seed_state(0))
+    losses = alone._update(sample, None)
+    assert float(losses[1]) == pytest.approx(td, rel=1e-5)  # mean |TD error| against the hand-made target
+    copied._update(sample, None)
+    for a, b in zip(alone.q.parameters(), copied.q.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    before = [p.clone() for p in alone.target.parameters()]
+    alone.seed_env_steps[:] = 10_000
+    alone.update_target()  # never copied: there is no target network to keep
+    assert all(torch.equal(a, b) for a, b in zip(before, alone.target.parameters(), strict=True))
+
+
+def test_epsilon_by_start_end_and_steps_is_rllibs_linear_schedule():
+    config = DQNConfig(initial_epsilon=0.9, final_epsilon=0.1, epsilon_timesteps=4000)
+    assert config.epsilon == ((0, 0.9), (4000, 0.1))
+    by_hand = {0: 0.9, 1000: 0.7, 2000: 0.5, 4000: 0.1, 50_000: 0.1}
+    assert {s: round(config.epsilon_at(s), 12) for s in by_hand} == by_hand
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"initial_epsilon": 0.9}, "DQNConfig.initial_epsilon needs final_epsilon and epsilon_timesteps too"),
+    ({"initial_epsilon": 0.9, "final_epsilon": 0.1, "epsilon_timesteps": 10, "epsilon": 0.2},
+     "DQNConfig.epsilon and initial_epsilon both set the exploration schedule; keep one"),
+    ({"initial_epsilon": 1.5, "final_epsilon": 0.1, "epsilon_timesteps": 10}, "must be a number in [0, 1]"),
+    ({"initial_epsilon": 0.9, "final_epsilon": 0.1, "epsilon_timesteps": 0}, "must be a positive whole number"),
+])
+def test_a_half_given_or_conflicting_epsilon_is_refused(values, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        DQNConfig.from_dict(values)
