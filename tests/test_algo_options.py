@@ -93,3 +93,75 @@ def test_epsilon_by_start_end_and_steps_is_rllibs_linear_schedule():
 def test_a_half_given_or_conflicting_epsilon_is_refused(values, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         DQNConfig.from_dict(values)
+
+
+# ---- prioritized replay -----------------------------------------------------------------------------------
+
+def _replay(alpha: float, beta: float, size: int = 4):
+    from tune_runner.algos.replay import Prioritized, SeedReplay
+
+    replay = SeedReplay(1, 8, fields={"x": ((), np.int64), "seed": ((), np.int64)},
+                        prioritized=Prioritized(alpha=alpha, beta=beta, epsilon=0.0))
+    replay.add({"x": np.arange(size), "seed": np.zeros(size, dtype=np.int64)})
+    return replay
+
+
+def test_prioritized_draws_by_priority_and_weights_by_hand():
+    """Priorities 1, 2, 3, 4 (alpha 1): rows drawn with probability 0.1 ... 0.4, and with beta 1 the weights are
+    (N P)^-1 over the largest, (N * 0.1)^-1: 1, 1/2, 1/3, 1/4."""
+    replay = _replay(alpha=1.0, beta=1.0)
+    replay.update_priorities(np.array([[0, 1, 2, 3]]), np.array([[1.0, 2.0, 3.0, 4.0]]), np.array([True]))
+    (batch,) = replay.minibatches([1], 40_000, [np.random.default_rng(0)])
+    rows, weights = batch["rows"][0], batch["weights"][0]
+    np.testing.assert_array_equal(batch["x"][0], rows)  # the data of the rows drawn
+    np.testing.assert_allclose(np.bincount(rows, minlength=4) / len(rows), [0.1, 0.2, 0.3, 0.4], atol=0.01)
+    np.testing.assert_allclose(weights, np.array([1.0, 1 / 2, 1 / 3, 1 / 4])[rows], rtol=1e-6)
+
+
+def test_alpha_flattens_the_draws_and_a_new_row_gets_the_largest_priority():
+    replay = _replay(alpha=0.5, beta=0.0)
+    replay.update_priorities(np.array([[0, 1]]), np.array([[9.0, 1.0]]), np.array([True]))  # p^0.5: 3, 1, 1, 1
+    replay.add({"x": np.array([4]), "seed": np.zeros(1, dtype=np.int64)})  # a new row: max p = 9, so 3 too
+    np.testing.assert_allclose(replay.priorities[0, :5], [3.0, 1.0, 1.0, 1.0, 3.0])
+    (batch,) = replay.minibatches([1], 40_000, [np.random.default_rng(1)])
+    np.testing.assert_allclose(np.bincount(batch["rows"][0], minlength=5) / 40_000, np.array([3, 1, 1, 1, 3]) / 9,
+                               atol=0.01)
+    assert np.all(batch["weights"] == 1.0)  # beta 0: no correction
+
+
+def test_the_dqn_loss_weights_each_sample_and_a_step_sends_its_td_errors_back():
+    learner = DQN(DQNConfig(num_envs_per_env_runner=2, train_batch_size=8, fcnet_hiddens=(8,), seed=3,
+                            replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 64}),
+                  env_id="CartPole-v1")
+    assert learner.config.prioritized.alpha == 0.6 and learner.config.prioritized.beta == 0.4  # RLlib's defaults
+    learner.buffer.add(learner.collect(16)["transitions"])
+    size = learner.buffer.sizes()[0]
+    learner.buffer.update_priorities(np.arange(size)[None], np.linspace(0.1, 3.0, size)[None], np.array([True]))
+    (sample,) = learner.buffer.minibatches([1], 8, [np.random.default_rng(0)])
+    assert sample["weights"][0].std() > 0.05  # unequal weights: the weighting is visible in the loss
+    with torch.no_grad():
+        q = learner.q(torch.as_tensor(sample["obs"][0])).gather(-1, torch.as_tensor(sample["actions"][0])[:, None])
+        next_q = learner.target(torch.as_tensor(sample["next_obs"][0]))
+        best = learner.q(torch.as_tensor(sample["next_obs"][0])).argmax(-1, keepdim=True)  # double Q
+        next_v = next_q.gather(-1, best).squeeze(-1).numpy()
+    target = sample["rewards"][0] + sample["discount"][0] * np.where(sample["terminated"][0], 0.0, next_v)
+    td = q.squeeze(-1).numpy() - target
+    huber = np.where(np.abs(td) < 1, 0.5 * td ** 2, np.abs(td) - 0.5)
+    losses = learner.train_on([sample], [1], replay=_Own(learner))
+    assert losses[0, 0] == pytest.approx(float(np.mean(sample["weights"][0] * huber)), rel=1e-5)
+    rows = sample["rows"][0]
+    np.testing.assert_allclose(learner.buffer.priorities[0, rows], (np.abs(td) + 1e-6) ** 0.6, rtol=1e-4)
+
+
+class _Own:
+    def __init__(self, learner):
+        self.learner = learner
+
+    def update_priorities(self, rows, td_errors, active):
+        self.learner.buffer.update_priorities(rows, td_errors, active)
+
+
+def test_a_uniform_replay_has_no_priorities_and_bad_settings_are_refused():
+    assert DQNConfig().prioritized is None and DQNConfig(replay_buffer_config={"capacity": 10}).prioritized is None
+    with pytest.raises(ValueError, match="beta in \\[0, 1\\]"):
+        DQNConfig(replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "beta": 2.0})

@@ -80,7 +80,9 @@ def masked_env() -> str:
     ("Acrobot-v1", {"dueling": True, "td_error_loss_fn": "mse", "grad_clip": None, "double_q": False,
                     "training_intensity": 2}, 1),
     ("masked", {"training_intensity": 4, "num_steps_sampled_before_learning_starts": 0}, 1),
-], ids=["cartpole", "acrobot", "masked"])
+    ("CartPole-v1", {"training_intensity": 4, "num_steps_sampled_before_learning_starts": 0, "replay_buffer_config": {
+        "type": "PrioritizedEpisodeReplayBuffer", "capacity": 2000, "alpha": 0.7, "beta": 0.5}}, 1),
+], ids=["cartpole", "acrobot", "masked", "prioritized"])
 def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterations):
     env_id = masked_env() if env_id == "masked" else env_id
     together = DQN(config(seed=11, num_seeds=3, **overrides), env_id=env_id)
@@ -98,7 +100,10 @@ def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterati
         ours, theirs = together.get_state()["seeds"][i]["buffer"], learner.get_state()["buffer"]
         assert ours["added"] == theirs["added"] and ours["pos"] == theirs["pos"]
         assert all(np.array_equal(ours["data"][k], theirs["data"][k]) for k in theirs["data"])  # the same data
-    if env_id == "CartPole-v1":
+        if "priorities" in theirs:  # prioritized: each seed's priorities are its own, as alone
+            np.testing.assert_allclose(ours["priorities"], theirs["priorities"], rtol=1e-4)
+            assert len(set(theirs["priorities"].round(6))) > 10  # updated from TD errors, not all the initial one
+    if env_id == "CartPole-v1" and overrides["training_intensity"] is None:
         assert len(set(together.optimizer.steps)) > 1, "no seed ever sat a step out: the test proves less"
     w = together.get_weights()["q"]["trunk.0.weight"]
     assert not np.allclose(w[0], w[1])  # independent runs, not copies

@@ -10,10 +10,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tune_runner.errors import unknown_name
 from tune_runner.spec.seeds import AGGREGATES
+
+if TYPE_CHECKING:
+    from tune_runner.algos.replay import Prioritized
 
 Config = TypeVar("Config")
 MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
@@ -259,6 +262,11 @@ class DQNConfig:
         if self.seed_aggregate not in SEED_AGGREGATES:
             raise ValueError(unknown_name("DQNConfig.seed_aggregate", self.seed_aggregate, SEED_AGGREGATES))
         check_unit(self, "gamma", allow_zero=False)
+        prioritized = self.prioritized
+        if prioritized is not None and not (prioritized.alpha >= 0 and 0 <= prioritized.beta <= 1
+                                            and prioritized.epsilon > 0):
+            raise ValueError(f"DQNConfig.replay_buffer_config of a prioritized buffer needs alpha >= 0, beta in [0, 1] "
+                             f"and epsilon > 0, got {dict(self.replay_buffer_config)!r}")
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
 
@@ -287,6 +295,18 @@ class DQNConfig:
     @property
     def capacity(self) -> int:
         return int(self.replay_buffer_config.get("capacity", 50000))
+
+    @property
+    def prioritized(self) -> Prioritized | None:
+        """Prioritized replay's settings where replay_buffer_config's `type` names a prioritized buffer (RLlib's
+        PrioritizedEpisodeReplayBuffer), with its `alpha`, `beta` and `epsilon`; None: uniform replay."""
+        from tune_runner.algos.replay import Prioritized
+
+        if "prioritized" not in str(self.replay_buffer_config.get("type", "")).lower():
+            return None
+        defaults = Prioritized()
+        return Prioritized(**{name: float(self.replay_buffer_config.get(name, getattr(defaults, name)))
+                              for name in ("alpha", "beta", "epsilon")})
 
     def epsilon_at(self, env_steps: int) -> float:
         """The exploration rate after `env_steps` sampled env steps."""

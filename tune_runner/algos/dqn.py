@@ -84,6 +84,9 @@ class OwnReplay:
     def minibatches(self, counts: Sequence[int], batch_size: int) -> list[dict[str, np.ndarray]]:
         return self.learner.buffer.minibatches(counts, batch_size, [rngs.numpy for rngs in self.learner.rngs])
 
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        self.learner.buffer.update_priorities(rows, td_errors, active)
+
 
 class DQN(SeedLearnerBase):
     """A DQN learner of `config.num_seeds` seeds with its own vector envs and replay buffers; no Ray inside."""
@@ -103,7 +106,7 @@ class DQN(SeedLearnerBase):
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
                                          device=self.device)
         self.optimizer = batched.SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
-        self.buffer = SeedReplay(self.num_seeds, config.capacity, fields={
+        self.buffer = SeedReplay(self.num_seeds, config.capacity, prioritized=config.prioritized, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
             **({"next_mask": ((env.num_actions,), bool)} if env.masked else {})})
@@ -201,15 +204,20 @@ class DQN(SeedLearnerBase):
             self._update_credit[i] -= counts[-1]
         return counts
 
-    def train_on(self, minibatches: Sequence[Mapping[str, np.ndarray]], counts: Sequence[int]) -> np.ndarray:
+    def train_on(self, minibatches: Sequence[Mapping[str, np.ndarray]], counts: Sequence[int],
+                 replay: Replay | None = None) -> np.ndarray:
         """Gradient steps on `minibatches` ([K, batch] each), seed i on its first counts[i]; each seed's losses
-        and mean |TD errors|, summed, [K, 2]."""
+        and mean |TD errors|, summed, [K, 2]. Minibatches of a prioritized replay (with `rows`) send their new
+        |TD errors| back to it after each step."""
         sums = np.zeros((self.num_seeds, len(LOSSES)))
         for u, minibatch in enumerate(minibatches):
             active = np.array([count > u for count in counts])
             everyone = bool(active.all())
             losses = self._update(minibatch, None if everyone else active).numpy()
             sums += losses if everyone else np.where(active[:, None], losses, 0.0)
+            if "rows" in minibatch and replay is not None:
+                td = self.td_errors.reshape(self.num_seeds, -1)
+                replay.update_priorities(minibatch["rows"], td, active)
         return sums
 
     def update_target(self) -> None:
@@ -237,12 +245,13 @@ class DQN(SeedLearnerBase):
                 next_q_target=masked_logits(bootstrap(s["next_obs"]), next_mask),
                 next_q_online=masked_logits(self.q(s["next_obs"]), next_mask) if c.double_q else None)
         td_error = q - target
-        losses, total = td_loss(c.td_error_loss_fn, q, target)
+        losses, total = td_loss(c.td_error_loss_fn, q, target, s.get("weights"))
         self.optimizer.zero_grad()
         total.backward()
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step(active)
+        self.td_errors = td_error.detach().abs().cpu().numpy()  # prioritized replay's new priorities (train_on)
         return torch.stack([losses, td_error.detach().abs().mean(-1)], dim=-1).cpu()
 
     def train_iteration(self, source: Replay | None = None) -> dict[str, float]:
@@ -262,7 +271,7 @@ class DQN(SeedLearnerBase):
             sampled += batch["env_steps"]
             counts = self.updates_owed(batch["seed_env_steps"], replay_size=replay.size())
             if any(counts):
-                sums += self.train_on(replay.minibatches(counts, self.config.train_batch_size), counts)
+                sums += self.train_on(replay.minibatches(counts, self.config.train_batch_size), counts, replay)
                 updates += counts
             self.update_target()
         eps = epsilons(self.config, self.seed_env_steps).tolist()

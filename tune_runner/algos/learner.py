@@ -54,6 +54,9 @@ class Replay(Sampler, Protocol):
         """max(counts) minibatches of [K, batch_size] transitions: seed i's own in the first counts[i] of them
         (replay.SeedReplay.minibatches)."""
 
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        """A prioritized replay's new |TD errors| of the `rows` a minibatch drew ([K, batch]); uniform: nothing."""
+
 
 class OwnLearner(Learner, Protocol):
     """Our PPO and DQN, as rollout mode sees them."""

@@ -122,11 +122,16 @@ def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: to
     return rewards + discount * next_value
 
 
-def td_loss(kind: str, q: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def td_loss(kind: str, q: torch.Tensor, target: torch.Tensor,
+            weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(each seed's mean huber or mse loss, their sum to differentiate) of [K, batch] Q-values against their
     targets; the seeds share no parameter, so the sum's gradient is each seed's own. [batch] inputs (one
-    seed without the seed axis) give the loss function's own mean twice, as the one-seed learner had it."""
+    seed without the seed axis) give the loss function's own mean twice, as the one-seed learner had it.
+    `weights` (prioritized replay's, like q): each sample's loss times its weight, then the mean."""
     loss_fn = nn.functional.huber_loss if kind == "huber" else nn.functional.mse_loss
+    if weights is not None:
+        per_seed = (loss_fn(q, target, reduction="none") * weights).mean(-1)
+        return per_seed.detach(), per_seed.sum()
     if q.dim() == 1:
         total = loss_fn(q, target)
         return total.detach(), total

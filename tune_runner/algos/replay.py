@@ -4,6 +4,7 @@ n-step returns built per env."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,16 +74,33 @@ class ReplayBuffer:
         self.added = state["added"]
 
 
+@dataclass(frozen=True)
+class Prioritized:
+    """Proportional prioritized replay (Schaul et al., 2016): a row is drawn with probability p^alpha / sum(p^alpha),
+    its priority p = |TD error| + epsilon from its last gradient step (a new row: the largest p so far), and its
+    loss weighted by (N * P(row))^-beta over the largest such weight in the buffer (RLlib's normalization)."""
+
+    alpha: float = 0.6
+    beta: float = 0.4
+    epsilon: float = 1e-6
+
+
 class SeedReplay:
     """K seeds' replay buffers in one set of arrays [K, capacity, ...]: a seed only adds and draws its own rows.
 
     Seed i's rows are a ReplayBuffer of their own (`buffers[i]`, views of row i), so each seed fills, wraps,
     draws and saves exactly as a one-seed learner's buffer; adding rows of all seeds and gathering all seeds'
-    minibatches are one numpy op per field.
+    minibatches are one numpy op per field. With `prioritized`, every seed draws by its own rows' priorities
+    and each minibatch also holds the `rows` drawn and their loss `weights` ([K, batch] each); the learner
+    hands the rows' new TD errors back through `update_priorities`.
     """
 
-    def __init__(self, num_seeds: int, capacity: int, *, fields: Mapping[str, tuple[tuple[int, ...], Any]]) -> None:
+    def __init__(self, num_seeds: int, capacity: int, *, fields: Mapping[str, tuple[tuple[int, ...], Any]],
+                 prioritized: Prioritized | None = None) -> None:
         self.fields, self.capacity = dict(fields), int(capacity)
+        self.prioritized = prioritized
+        self.priorities = np.zeros((num_seeds, self.capacity)) if prioritized else None  # p^alpha of each row
+        self.max_priority = np.ones(num_seeds)  # each seed's largest p so far: a new row's
         self.data = {name: np.zeros((num_seeds, self.capacity, *shape), dtype)
                      for name, (shape, dtype) in self.fields.items()}
         self.buffers = [ReplayBuffer(capacity, fields=fields, data={name: rows[i] for name, rows in self.data.items()})
@@ -100,6 +118,15 @@ class SeedReplay:
 
     def add(self, batch: Mapping[str, np.ndarray]) -> None:
         """Append rows of any seeds, `batch["seed"]` naming each row's; each seed's rows go in in their order."""
+        before = [buffer.added for buffer in self.buffers]
+        self._add(batch)
+        if self.priorities is not None:  # the rows just written get their seed's largest priority
+            for i, buffer in enumerate(self.buffers):
+                written = min(buffer.added - before[i], self.capacity)
+                rows = (buffer.pos - written + np.arange(written)) % self.capacity
+                self.priorities[i, rows] = self.max_priority[i] ** self.prioritized.alpha
+
+    def _add(self, batch: Mapping[str, np.ndarray]) -> None:
         if len(self.buffers) == 1:
             self.buffers[0].add_batch(batch)
             return
@@ -125,21 +152,63 @@ class SeedReplay:
         buffer alone draws them (`ReplayBuffer.sample` with rngs[i], in turn); in the others its place holds
         its row 0 again, a filler to train nothing on."""
         rows = np.zeros((max(counts, default=0), len(self.buffers), batch_size), dtype=np.int64)
+        weights = np.ones(rows.shape, dtype=np.float32)
         for i, (buffer, count, rng) in enumerate(zip(self.buffers, counts, rngs, strict=True)):
+            if self.priorities is not None and count:
+                self._draw_prioritized(i, buffer.size, rows[:count, i], weights[:count, i], rng)
+                continue
             for u in range(count):
                 rows[u, i] = rng.integers(0, buffer.size, size=batch_size)
+        local = rows.copy()
         if len(self.buffers) > 1:
             rows += (np.arange(len(self.buffers)) * self.capacity)[:, None]  # seed i's rows in the flat arrays
         gathered = {name: array.take(rows, axis=0) for name, array in self._flat.items()}
+        if self.priorities is not None:
+            gathered.update(rows=local, weights=weights)
         return [{name: values[u] for name, values in gathered.items()} for u in range(len(rows))]
 
+    def _draw_prioritized(self, seed: int, size: int, rows: np.ndarray, weights: np.ndarray,
+                          rng: np.random.Generator) -> None:
+        """Fill `rows` ([count, batch]) with seed `seed`'s draws by priority and `weights` with their loss weights."""
+        priorities = self.priorities[seed, :size]
+        cumulative = np.cumsum(priorities)
+        total = cumulative[-1]
+        drawn = np.searchsorted(cumulative, rng.random(rows.shape) * total, side="right")
+        rows[:] = np.minimum(drawn, size - 1)  # a draw of exactly `total` (float rounding) is the last row
+        beta = self.prioritized.beta
+        largest = (size * priorities.min() / total) ** -beta
+        weights[:] = (size * priorities[rows] / total) ** -beta / largest
+
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        """New priorities |TD error| + epsilon for the `rows` ([K, batch], each seed's own) of the active seeds."""
+        if self.priorities is None:
+            return
+        config = self.prioritized
+        for i in np.flatnonzero(active):
+            p = np.abs(td_errors[i]) + config.epsilon
+            self.priorities[i, rows[i]] = p ** config.alpha
+            self.max_priority[i] = max(self.max_priority[i], float(p.max()))
+
     def get_state(self, seed: int) -> dict[str, Any]:
-        """Seed `seed`'s rows in a one-seed learner's ReplayBuffer.get_state format."""
-        return self.buffers[seed].get_state()
+        """Seed `seed`'s rows in a one-seed learner's ReplayBuffer.get_state format (with their priorities)."""
+        state = self.buffers[seed].get_state()
+        if self.priorities is not None:
+            size = self.buffers[seed].size
+            state.update(priorities=self.priorities[seed, :size].copy(), max_priority=float(self.max_priority[seed]))
+        return state
 
     def set_state(self, seed: int, state: Mapping[str, Any]) -> None:
-        """Restore `get_state(seed)` (or a ReplayBuffer's) into seed `seed`'s rows."""
+        """Restore `get_state(seed)` (or a ReplayBuffer's) into seed `seed`'s rows. Priorities restore exactly with
+        the same capacity; otherwise (or from a uniform buffer's state) every row gets the largest one."""
         self.buffers[seed].set_state(state)
+        if self.priorities is None:
+            return
+        size = self.buffers[seed].size
+        self.max_priority[seed] = state.get("max_priority", 1.0)
+        if "priorities" in state and state["capacity"] == self.capacity:
+            self.priorities[seed, :size] = state["priorities"]
+        else:
+            self.priorities[seed, :size] = self.max_priority[seed] ** self.prioritized.alpha
 
 
 class NStepAccumulator:

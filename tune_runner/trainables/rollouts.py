@@ -51,11 +51,11 @@ class SharedReplay:
     buffer per seed of a K-seed learner, each drawn from by a generator of its own (seed i's from seed i's
     derived seed, tune_runner.algos.seeds)."""
 
-    def __init__(self, capacity: int, fields: dict, seed: int, num_seeds: int = 1) -> None:
+    def __init__(self, capacity: int, fields: dict, seed: int, num_seeds: int = 1, prioritized: Any = None) -> None:
         from tune_runner.algos.replay import SeedReplay
         from tune_runner.algos.seeds import derived_seeds
 
-        self.buffer = SeedReplay(num_seeds, capacity, fields=fields)
+        self.buffer = SeedReplay(num_seeds, capacity, fields=fields, prioritized=prioritized)
         self.rngs = [np.random.default_rng(s) for s in derived_seeds(seed, num_seeds)]
 
     def add(self, transitions: dict) -> int:
@@ -64,6 +64,9 @@ class SharedReplay:
 
     def sample(self, counts: list[int], batch_size: int) -> list[dict]:
         return self.buffer.minibatches(counts, batch_size, self.rngs)
+
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        self.buffer.update_priorities(rows, td_errors, active)
 
     def size(self) -> np.ndarray:
         return self.buffer.sizes()
@@ -92,6 +95,8 @@ class ReplayView(Protocol):
     def size(self) -> np.ndarray: ...
 
     def sample(self, counts: list[int], batch_size: int) -> list[dict]: ...
+
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None: ...
 
 
 def worker_sample(learner: OwnLearner, *, weights: Mapping | None, num_steps: int, env_steps: list[int],
@@ -132,6 +137,9 @@ class Workers:
     def minibatches(self, counts: list[int], batch_size: int) -> list[dict[str, np.ndarray]]:
         return self.replay.sample(counts, batch_size)
 
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        self.replay.update_priorities(rows, td_errors, active)
+
 
 class ActorReplay:
     """The replay-buffer actor as a ReplayView."""
@@ -144,6 +152,9 @@ class ActorReplay:
 
     def sample(self, counts: list[int], batch_size: int) -> list[dict]:
         return ray.get(self.actor.sample.remote(counts, batch_size))
+
+    def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray, active: np.ndarray) -> None:
+        self.actor.update_priorities.remote(rows, td_errors, active)  # an actor runs one caller's calls in order
 
 
 @ray.remote(num_cpus=1)
@@ -186,7 +197,7 @@ class RolloutGroup:
         if name == "dqn":
             probe = build_learner(name, config)
             self.replay = ReplayBufferActor.remote(probe.config.capacity, probe.buffer.fields, probe.config.seed,
-                                                   probe.num_seeds)
+                                                   probe.num_seeds, probe.config.prioritized)
             probe.close()
         group = get_current_placement_group()
         self.workers = []
