@@ -6,6 +6,7 @@ conditions (one line each) are in tests/bad_inputs/when_*.yaml.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 
@@ -185,3 +186,50 @@ def test_the_readmes_example_parses_and_its_chain_holds():
     config = {"use_target_network": False, "target_network_update_freq": 5, "target_kind": "soft", "tau": 0.01}
     assert prune(config, space) == {"use_target_network": False}  # tau goes with its parent target_kind
     assert prune({**config, "use_target_network": True}, space) == {**config, "use_target_network": True}
+
+
+def test_importances_use_every_trial_for_the_parameters_all_of_them_have():
+    """fANOVA over a conditional space: Optuna scores the parameters every trial holds, from all trials (a
+    trial without an inactive parameter is not dropped, nor given a None value)."""
+    from types import SimpleNamespace
+
+    from tune_runner.results.report import importances
+
+    spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 1000},
+                       "space": {"x": {"uniform": [0.0, 1.0]}, "on": {"choice": [True, False]},
+                                 "y": {"uniform": [0.0, 1.0], "when": {"on": True}}}}, name="s", source="s.yaml")
+    rng = np.random.default_rng(0)
+    trials = []
+    for i in range(30):
+        config = {"x": float(rng.random()), "on": bool(i % 2)}
+        if config["on"]:
+            config["y"] = float(rng.random())
+        trials.append(SimpleNamespace(config=config, last_result={"episode_return_mean": 100 * config["x"]}))
+    scores = importances(SimpleNamespace(trials=trials), spec)
+    assert set(scores) >= {"x", "on"} and "y" not in scores
+    assert max(scores, key=scores.get) == "x"  # the return is x's alone
+
+
+@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb"])
+def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_path, forbid_ray):
+    """Tune saves the search algorithm with the experiment and a resume restores it: the restored searcher
+    goes on with the active parameters only."""
+    from ray.tune.search import SearchGenerator
+
+    from tune_runner.search.searchers import build_searcher
+
+    searcher = build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml")
+    if name == "random":
+        import pickle
+
+        assert pickle.loads(pickle.dumps(searcher)).params == searcher.params
+        return
+    generator = SearchGenerator(searcher)
+    for i in range(3):
+        searcher.suggest(f"t{i}")
+    generator.save_to_dir(str(tmp_path), session_str="s")
+    restored = SearchGenerator(build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml"))
+    restored.restore_from_dir(str(tmp_path))
+    for i in range(3, 9):
+        config = restored.searcher.suggest(f"t{i}")
+        assert set(config) == expected_keys(config), config

@@ -126,7 +126,8 @@ def importances(analysis: Any, spec: ExperimentSpec, *, cache: Path | None = Non
             pass  # ours, and only a cache: computed again below
     study = optuna.create_study(direction="maximize" if spec.mode == "max" else "minimize")
     for params, value in trials:
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+        study.add_trial(optuna.trial.create_trial(params=params, distributions={n: dists[n] for n in params},
+                                                  value=value))
     try:
         scores = {k: float(v) for k, v in optuna.importance.get_param_importances(
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)).items()}
@@ -161,10 +162,12 @@ def _study_inputs(analysis: Any, spec: ExperimentSpec) -> tuple[dict[str, Any], 
             continue
         params = {}
         for name, dist in dists.items():
-            raw = trial.config.get(name)
+            if name not in trial.config:  # inactive in this trial (a conditional space): Optuna's own case
+                continue
+            raw = trial.config[name]
             params[name] = json.dumps(raw) if isinstance(dist, CategoricalDistribution) else raw
         try:
-            optuna.trial.create_trial(params=params, distributions=dists, value=float(value))
+            optuna.trial.create_trial(params=params, distributions={n: dists[n] for n in params}, value=float(value))
         except ValueError:
             continue  # a value outside the space (a PBT mutation with its own bounds)
         trials.append((params, float(value)))
