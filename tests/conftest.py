@@ -57,6 +57,17 @@ def cli():
     return run_cli
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """The learners are single-threaded by design; a test of them must not take every core."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for all end-to-end tests, 2 CPUs and no GPU like CI, on any machine: a GPU

@@ -9,13 +9,7 @@ import torch
 
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, compute_gae
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _advantages_seen(normalize: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -19,14 +19,7 @@ from tune_runner.algos.dqn import dqn_targets
 from tune_runner.algos.ppo import ppo_losses, sample_actions
 from tune_runner.algos.replay import NStepAccumulator
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The learners are single-threaded by design; tests must not take every core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 # ---- pure functions -------------------------------------------------------------------------------

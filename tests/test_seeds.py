@@ -13,13 +13,7 @@ from tune_runner.algos.batched import BatchedMLP, SeedAdam
 from tune_runner.algos.common import mlp
 from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, minibatch_plan, seed_metrics
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 # ---- aggregates -------------------------------------------------------------------------------------

@@ -29,12 +29,7 @@ SMALL = {"num_envs_per_env_runner": 4, "fcnet_hiddens": [16, 16], "n_step": 3, "
          "num_steps_sampled_before_learning_starts": 200, "lr": [[0, 1e-3], [2500, 2e-4]]}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def config(**overrides) -> DQNConfig:

@@ -21,12 +21,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ppo_state_k1.pkl"
 MASKED_ID = "TuneRlMaskedTest-v0"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def weights_close(k_learner: PPO, seed: int, alone: PPO, *, atol: float = 1e-5) -> float:

@@ -15,14 +15,7 @@ CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 2, 
           SEEDS_KEY: 3, AGGREGATE_KEY: "min"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def seed_weights(trainable) -> list[list[np.ndarray]]:
