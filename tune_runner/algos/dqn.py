@@ -251,7 +251,8 @@ class DQN(SeedLearnerBase):
         if c.grad_clip is not None:
             self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step(active)
-        self.td_errors = td_error.detach().abs().cpu().numpy()  # prioritized replay's new priorities (train_on)
+        if "weights" in s:  # a prioritized replay's minibatch: its rows' new priorities (train_on sends them back)
+            self.td_errors = td_error.detach().abs().cpu().numpy()
         return torch.stack([losses, td_error.detach().abs().mean(-1)], dim=-1).cpu()
 
     def train_iteration(self, source: Replay | None = None) -> dict[str, float]:
