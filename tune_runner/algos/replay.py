@@ -152,19 +152,17 @@ class SeedReplay:
         buffer alone draws them (`ReplayBuffer.sample` with rngs[i], in turn); in the others its place holds
         its row 0 again, a filler to train nothing on."""
         rows = np.zeros((max(counts, default=0), len(self.buffers), batch_size), dtype=np.int64)
-        weights = np.ones(rows.shape, dtype=np.float32)
+        weights = np.ones(rows.shape, dtype=np.float32) if self.priorities is not None else None
         for i, (buffer, count, rng) in enumerate(zip(self.buffers, counts, rngs, strict=True)):
-            if self.priorities is not None and count:
+            if weights is not None and count:
                 self._draw_prioritized(i, buffer.size, rows[:count, i], weights[:count, i], rng)
                 continue
             for u in range(count):
                 rows[u, i] = rng.integers(0, buffer.size, size=batch_size)
-        local = rows.copy()
+        extra = {"rows": rows.copy(), "weights": weights} if weights is not None else {}  # each seed's own rows
         if len(self.buffers) > 1:
             rows += (np.arange(len(self.buffers)) * self.capacity)[:, None]  # seed i's rows in the flat arrays
-        gathered = {name: array.take(rows, axis=0) for name, array in self._flat.items()}
-        if self.priorities is not None:
-            gathered.update(rows=local, weights=weights)
+        gathered = {name: array.take(rows, axis=0) for name, array in self._flat.items()} | extra
         return [{name: values[u] for name, values in gathered.items()} for u in range(len(rows))]
 
     def _draw_prioritized(self, seed: int, size: int, rows: np.ndarray, weights: np.ndarray,

@@ -24,7 +24,7 @@ from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.hyperopt import HyperOptSearch
 
 from tune_runner.errors import UserError
-from tune_runner.spec.search_space import LIST_DISTS, Param, _freeze, _thaw, prune, randint_bounds
+from tune_runner.spec.search_space import LIST_DISTS, Param, _freeze, _thaw, prune
 
 
 def searcher(name: str, seed: int | None, options: dict, params: Sequence[Param], points: list[dict], *,
@@ -86,8 +86,8 @@ def suggest(trial: Any, param: Param) -> Any:
     if param.dist in LIST_DISTS:
         return trial.suggest_categorical(param.name, [_thaw(a) for a in param.args])
     low, high, *rest = param.args
-    if param.dist == "randint":
-        return trial.suggest_int(param.name, low, randint_bounds(low, high)[1] - 1)
+    if param.dist == "randint":  # ours and Optuna's are both inclusive at both ends
+        return trial.suggest_int(param.name, low, high)
     if param.dist == "quniform":
         return trial.suggest_float(param.name, low, high, step=rest[0])
     return trial.suggest_float(param.name, low, high, log=param.dist == "loguniform")
