@@ -173,7 +173,8 @@ def test_seed_settings_are_checked_naming_the_key(key, value, says):
         PPOConfig.from_dict({key: value})
 
 
-def test_rollout_mode_collects_for_every_seed_and_each_seed_trains_as_it_would_alone():
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])  # Pendulum: Box actions and a log-std to ship
+def test_rollout_mode_collects_for_every_seed_and_each_seed_trains_as_it_would_alone(env):
     from tests.test_rollouts import PPO_CONFIG, WORKERS, stand_ins
     from tune_runner.trainables.agents import build_learner
     from tune_runner.trainables.rollouts import Workers
@@ -185,8 +186,9 @@ def test_rollout_mode_collects_for_every_seed_and_each_seed_trains_as_it_would_a
         assert all(w.get_weights().keys() == trainer.get_weights().keys() for w in workers)
         return trainer, results
 
-    config = {**PPO_CONFIG, "minibatch_size": 100}
+    config = {**PPO_CONFIG, "env": env, "minibatch_size": 100}
     together, results = rollout_run({**config, "num_seeds": 2})
+    assert ("log_std" in together.get_weights()) == (env == "Pendulum-v1")
     assert together.env.num_envs == 2 * config["num_envs_per_env_runner"]
     for i, seed in enumerate(together.seeds):
         alone, own = rollout_run({**config, "seed": seed})

@@ -5,7 +5,11 @@ to load the model, so it imports only torch and numpy: a caller needs mlflow, no
 
 The model's data folder holds `policy.json` (layer sizes and activation) and `policy.pt` (the
 weights): a plain MLP whose argmax is the greedy action of the trial's PPO policy or DQN
-Q-network (a dueling head is folded into one linear layer when it is exported).
+Q-network (a dueling head is folded into one linear layer when it is exported). For PPO on a
+Box action space the spec also holds `action_low`, `action_high` and `action_shape`: the MLP's
+output is the Gaussian's mean, clipped to those bounds as the env got it in training. A policy
+trained with `observation_filter: MeanStdFilter` holds `obs_mean` and `obs_var`, and each
+observation is first scaled as in training: (obs - mean) / sqrt(var + 1e-8), clipped to +-10.
 """
 
 from __future__ import annotations
@@ -52,11 +56,19 @@ class Policy:
         self.net.eval()
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
-        """Actions (int64, one per row) for a batch of observations [batch, obs_dim] (a DataFrame works too)."""
+        """Actions for a batch of observations [batch, obs_dim] (a DataFrame works too): int64 [batch] for
+        Discrete actions, float32 [batch, *action_shape] for Box actions."""
         obs = np.array(getattr(model_input, "values", model_input), dtype=np.float32)  # a copy torch may own
         obs = obs.reshape(-1, self.spec["sizes"][0])
+        if "obs_mean" in self.spec:
+            mean, var = (np.asarray(self.spec[key], dtype=np.float64) for key in ("obs_mean", "obs_var"))
+            obs = np.clip((obs - mean) / np.sqrt(var + 1e-8), -10.0, 10.0).astype(np.float32)
         with torch.no_grad():
-            return self.net(torch.from_numpy(obs)).argmax(-1).numpy().astype(np.int64)
+            out = self.net(torch.from_numpy(obs)).numpy()
+        if "action_low" not in self.spec:
+            return out.argmax(-1).astype(np.int64)
+        low, high = (np.asarray(self.spec[key], dtype=np.float32) for key in ("action_low", "action_high"))
+        return np.clip(out, low, high).astype(np.float32).reshape(len(out), *self.spec["action_shape"])
 
 
 def _load_pyfunc(data_path: str) -> Policy:

@@ -7,6 +7,7 @@ inputs, its gradient only on its own loss.
 
 - `BatchedMLP`: K Linear/activation stacks as weights [K, out, in] (one `baddbmm` per layer).
 - `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`.
+- `SeedVector`: one learned vector per seed (PPO's Gaussian log-std).
 - `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
   step counts and learning rates, and seeds that sit a step out.
 - `SeedEnvs`: K seeds' vector envs stepped as one.
@@ -172,6 +173,26 @@ class StackedModule(nn.Module):
             load_into(self._tensors(), seed, state, num_seeds=self.num_seeds)
 
 
+class SeedVector(nn.Module):
+    """One learned vector per seed that depends on no input (PPO's Gaussian log-std): [K, size], or [size] for
+    one seed. Its one-seed state dict is {"weight": [size]}."""
+
+    def __init__(self, values: Sequence[torch.Tensor]) -> None:
+        super().__init__()
+        self.num_seeds = len(values)
+        self.weight = nn.Parameter(torch.stack(list(values)) if self.num_seeds > 1 else values[0].clone())
+
+    def forward(self, ndim: int) -> torch.Tensor:
+        """The vectors, shaped to broadcast against a [K, batch, size] tensor (ndim 3) or a one-seed [batch, size]."""
+        return self.weight.unsqueeze(-2) if self.num_seeds > 1 or ndim == 3 else self.weight
+
+    def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
+        return {"weight": seed_row(self.weight, seed, self.num_seeds).detach().cpu().clone()}
+
+    def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
+        load_into({"weight": self.weight}, seed, state, num_seeds=self.num_seeds)
+
+
 class SeedAdam:
     """Adam (torch.optim.Adam's update, no weight decay) for K seeds' parameters in one [K, P] buffer.
 
@@ -284,6 +305,16 @@ def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) ->
     return noise
 
 
+def seed_normal(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Standard normal noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
+    if len(generators) == 1:
+        return torch.randn(tuple(shape), generator=generators[0])
+    noise = torch.empty(tuple(shape))
+    for row, generator in zip(noise, generators, strict=True):
+        torch.randn(row.shape, generator=generator, out=row)
+    return noise
+
+
 class SeedEnvs:
     """K seeds' vector envs stepped as one vector env of K * n envs: seed i owns envs i*n .. i*n + n - 1.
 
@@ -298,6 +329,7 @@ class SeedEnvs:
         self.num_seeds, self.envs_per_seed = len(self.envs), first.num_envs
         self.num_envs = self.num_seeds * self.envs_per_seed
         self.obs_dim, self.num_actions, self.masked = first.obs_dim, first.num_actions, first.masked
+        self.actions, self.continuous = first.actions, first.continuous
 
     def _joined(self, name: str) -> Any:
         if self.num_seeds == 1:
@@ -325,7 +357,7 @@ class SeedEnvs:
         return self.envs[0].env
 
     def step(self, actions: np.ndarray) -> Step:
-        """One step of every env of every seed; `actions` [K * n]."""
+        """One step of every env of every seed; `actions` [K * n] (Box: [K * n, size])."""
         if self.num_seeds == 1:
             return self.envs[0].step(actions)
         n = self.envs_per_seed

@@ -15,6 +15,7 @@ import pickle
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -206,6 +207,41 @@ def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return obs.reshape(len(obs), -1), mask
 
 
+@dataclass(frozen=True)
+class ActionSpace:
+    """What our learners need of an env's action space: `Discrete(n)` from 0 (choose one of `size`), or a
+    bounded or unbounded `Box` (`size` numbers per action, flat; `low`/`high` as float32 [size])."""
+
+    continuous: bool
+    size: int
+    shape: tuple[int, ...] = ()
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, space: gym.Space) -> ActionSpace:
+        """ValueError naming the space when our learners cannot act in it."""
+        if isinstance(space, gym.spaces.Discrete) and space.start == 0:
+            return cls(continuous=False, size=int(space.n))
+        if isinstance(space, gym.spaces.Box) and space.shape and np.issubdtype(space.dtype, np.floating):
+            low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+            high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+            return cls(continuous=True, size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high)
+        raise ValueError(f"our learners need a Discrete action space starting at 0 or a float Box, got {space}")
+
+    def clip(self, actions: np.ndarray) -> np.ndarray:
+        """Box actions [batch, size] clipped to the bounds (float32); Discrete ones as they are."""
+        if not self.continuous:
+            return actions
+        return np.clip(actions, self.low, self.high).astype(np.float32, copy=False)
+
+    def for_env(self, actions: np.ndarray) -> np.ndarray:
+        """What a gymnasium vector env's step takes: the clipped actions in the space's own shape."""
+        if not self.continuous:
+            return actions
+        return self.clip(actions).reshape(len(actions), *self.shape)
+
+
 class VecEnv:
     """A NEXT_STEP gymnasium vector env with the autoreset steps made explicit, and state snapshots.
 
@@ -223,10 +259,9 @@ class VecEnv:
             space = space["observations"]
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"observations must be a Box (or a Dict of a Box and an action_mask), got {space}")
-        action_space = env.single_action_space
-        if not isinstance(action_space, gym.spaces.Discrete) or action_space.start != 0:
-            raise ValueError(f"our learners need a Discrete action space starting at 0, got {action_space}")
-        self.obs_dim, self.num_actions = int(np.prod(space.shape)), int(action_space.n)
+        self.obs_dim = int(np.prod(space.shape))
+        self.actions = ActionSpace.of(env.single_action_space)
+        self.num_actions = self.actions.size  # Discrete: actions to choose from; Box: numbers in one action
         self.resetting = np.zeros(self.num_envs, dtype=bool)
         self.obs, self.mask = split_obs(env.reset(seed=seed)[0])
 
@@ -234,10 +269,15 @@ class VecEnv:
     def masked(self) -> bool:
         return self.mask is not None
 
+    @property
+    def continuous(self) -> bool:
+        return self.actions.continuous
+
     def step(self, actions: np.ndarray) -> Step:
-        """One step of every env; `self.obs`/`self.mask` move on."""
+        """One step of every env; `self.obs`/`self.mask` move on. Box actions are [num_envs, size] and are
+        clipped to the space's bounds here (the learner keeps what it sampled)."""
         valid = ~self.resetting
-        raw, rewards, terminated, truncated, _ = self.env.step(actions)
+        raw, rewards, terminated, truncated, _ = self.env.step(self.actions.for_env(actions))
         self.resetting = terminated | truncated
         self.obs, self.mask = split_obs(raw)
         return Step(np.asarray(rewards, dtype=np.float32), terminated, truncated, valid)

@@ -7,6 +7,7 @@ are the help text) without loading a learner. A config checks its model lazily, 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
@@ -24,8 +25,10 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
 # without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
-ACTION_SPACES = ("Discrete",)
+ACTION_SPACES = ("Discrete",)  # DQN's
+PPO_ACTION_SPACES = ("Discrete", "Box")  # a Box: a diagonal Gaussian policy (tune_runner.algos.ppo)
 OBSERVATION_SPACES = ("Box", MASKED)
+OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
 
@@ -75,6 +78,14 @@ def check_integer(config: Any, *names: str) -> None:
         if value != int(value):
             raise ValueError(f"{type(config).__name__}.{name} must be a whole number, got {name}={value!r}")
         object.__setattr__(config, name, int(value))
+
+
+def check_finite(config: Any, *names: str) -> None:
+    """ValueError naming the first of `names` that is not a finite number."""
+    for name in names:
+        value = _number(config, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {name}={value!r}")
 
 
 def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
@@ -144,6 +155,15 @@ class PPOConfig:
     """tanh, relu, elu or silu."""
     grad_clip: float | None = 0.5
     """Max global gradient norm; None disables."""
+    log_std_init: float = 0.0
+    """Box actions: the Gaussian policy's log standard deviation at the start, one learned value per action
+    number, independent of the observation (Discrete actions ignore it)."""
+    observation_filter: str = "NoFilter"
+    """MeanStdFilter: observations scaled by each seed's running mean and std, clipped to +-10 (RLlib's name);
+    the statistics are saved in checkpoints and used by evaluate, load_policy and the MLflow model."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running std of each env's discounted return, clipped to +-10 (Stable-Baselines3's
+    VecNormalize norm_reward); only the value targets see it, the reported returns stay raw."""
     metrics_num_episodes_for_smoothing: int = 100
     """Finished episodes that episode_return_mean averages over."""
     model: str = "mlp"
@@ -164,6 +184,12 @@ class PPOConfig:
         object.__setattr__(self, "model_config", dict(self.model_config))
         check_model(self.model, self.model_config)
         check_schedule(self, "lr")
+        check_finite(self, "log_std_init")
+        if self.observation_filter not in OBSERVATION_FILTERS:
+            raise ValueError(unknown_name("PPOConfig.observation_filter", self.observation_filter, OBSERVATION_FILTERS))
+        if not isinstance(self.normalize_rewards, bool):
+            raise ValueError(f"PPOConfig.normalize_rewards must be true or false, got "
+                             f"normalize_rewards={self.normalize_rewards!r}")
         check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds",
                        *self._optional())

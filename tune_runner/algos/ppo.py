@@ -1,4 +1,12 @@
-"""PPO for discrete actions on gymnasium vector envs, in one file, with RLlib's setting names.
+"""PPO on gymnasium vector envs, in one file, with RLlib's setting names.
+
+Discrete actions: a softmax policy. Box actions: a diagonal Gaussian whose mean is the policy
+network's output and whose log standard deviation is one learned vector per seed, independent of
+the observation (`log_std_init`, RLlib's and SB3's default shape). The env gets the sample clipped
+to the space's bounds; the learner keeps the unclipped sample, whose log-probability the loss needs.
+`observation_filter: MeanStdFilter` and `normalize_rewards` (tune_runner.algos.normalize) keep each
+seed's running statistics; a rollout worker acts with the learner's and sends back the moments of
+what it saw.
 
 An iteration sets the lr from its schedule, samples train_batch_size env steps with the current
 policy (no gradients), then `learn`s: GAE, then num_epochs passes of clipped-surrogate minibatch
@@ -31,9 +39,10 @@ from torch import nn
 
 from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, mlp, scheduled, split_obs, to_tensor
-from tune_runner.algos.config import PPOConfig
+from tune_runner.algos.config import PPO_ACTION_SPACES, PPOConfig
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
 from tune_runner.algos.networks import BUILT_IN, build_model
+from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.seeds import (
     SeedStats,
     by_seed,
@@ -45,7 +54,8 @@ from tune_runner.algos.seeds import (
 )
 
 # Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
-NOT_TIME_MAJOR = ("last_obs", "env_steps", "seed_env_steps", "episode_returns", "episode_lens", "episode_seeds")
+NOT_TIME_MAJOR = ("last_obs", "env_steps", "seed_env_steps", "episode_returns", "episode_lens", "episode_seeds",
+                  "obs_moments", "reward_moments")
 LOSSES = ("policy_loss", "vf_loss", "entropy", "kl")
 
 
@@ -113,6 +123,20 @@ def sample_seed_actions(logits: torch.Tensor, *, generators: list[torch.Generato
     return (logits.cpu() - gumbel).argmax(-1)
 
 
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_logp(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log N(actions; mean, diag(exp(log_std))^2), summed over the last axis (the action's numbers)."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian, summed over the last axis: sum(log_std) + size * (1 + log 2 pi) / 2."""
+    return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
+
+
 def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     """Orthogonal init; a small policy head starts near uniform, which steadies the first updates."""
     linears = [m for m in net if isinstance(m, nn.Linear)]
@@ -126,7 +150,8 @@ class PPO(SeedLearnerBase):
     """A PPO learner of `config.num_seeds` seeds with its own vector envs; no Ray inside."""
 
     config_class = PPOConfig
-    networks = ("pi", "vf")
+    action_spaces = PPO_ACTION_SPACES
+    networks = ("pi", "vf")  # Box actions add "log_std"
 
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
@@ -137,8 +162,18 @@ class PPO(SeedLearnerBase):
                                                   vectorize_mode=config.gym_env_vectorize_mode) for seed in self.seeds])
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.pi, self.vf = self._networks()
-        self.optimizer = batched.SeedAdam([*self.pi.parameters(), *self.vf.parameters()], num_seeds=self.num_seeds,
-                                          lr=scheduled(config.lr, 0))
+        params = [*self.pi.parameters(), *self.vf.parameters()]
+        self.continuous = self.env.continuous
+        if self.continuous:
+            self.networks = (*type(self).networks, "log_std")
+            start = torch.full((self.env.num_actions,), float(config.log_std_init), device=self.device)
+            self.log_std = batched.SeedVector([start] * self.num_seeds)
+            params.append(self.log_std.weight)
+        self.optimizer = batched.SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
+        self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
+            if config.observation_filter == "MeanStdFilter" else None
+        self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=config.gamma) \
+            if config.normalize_rewards else None
         self.stats = SeedStats(self.num_seeds, self.env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._buffers: dict[str, np.ndarray] = {}
@@ -184,10 +219,18 @@ class PPO(SeedLearnerBase):
 
     @torch.no_grad()
     def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
-        """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax."""
+        """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax
+        (Box: the mean). Box actions come clipped to the bounds, [batch, size]."""
         obs, mask = split_obs(obs)
+        if self.obs_filter is not None:  # seed 0's statistics, left as they are
+            obs = normalized(obs, self.obs_filter.stats.mean[0], self.obs_filter.stats.var[0])
         batch = to_tensor(obs, self.device)
         logits = self.pi(batch.expand(self.num_seeds, *batch.shape))[0]
+        if self.continuous:
+            if explore:
+                std = self.log_std(3)[0].exp()
+                logits = logits + std * torch.randn(logits.shape, generator=self.rngs[0].torch)
+            return self.env.actions.clip(logits.cpu().numpy())
         logits = masked_logits(logits, None if mask is None else to_tensor(mask, self.device))
         actions = sample_actions(logits, generator=self.rngs[0].torch) if explore else logits.argmax(-1)
         return actions.cpu().numpy()
@@ -198,8 +241,9 @@ class PPO(SeedLearnerBase):
         # Reused across iterations: only a different rollout length allocates.
         if self._buffers.get("rewards", np.empty(0)).shape[:1] != (length,):
             shape, env = (length, self.env.num_envs), self.env
+            actions = np.zeros((*shape, env.num_actions), np.float32) if env.continuous else np.zeros(shape, np.int64)
             self._buffers = {"obs": np.zeros((*shape, env.obs_dim), np.float32),
-                             "actions": np.zeros(shape, np.int64), "logp": np.zeros(shape, np.float32),
+                             "actions": actions, "logp": np.zeros(shape, np.float32),
                              "rewards": np.zeros(shape, np.float32), "terminated": np.zeros(shape, bool),
                              "truncated": np.zeros(shape, bool), "valid": np.zeros(shape, bool)}
             if env.masked:
@@ -218,23 +262,36 @@ class PPO(SeedLearnerBase):
         """
         env, generators, finished = self.env, [rngs.torch for rngs in self.rngs], []
         buf = self._rollout_buffers(-(-num_steps // env.envs_per_seed))
+        log_std = self.log_std(3).cpu() if self.continuous else None
+        obs_filter, scaler = self.obs_filter, self.reward_scaler
         for t in range(len(buf["rewards"])):
-            buf["obs"][t], mask = env.obs, None
+            buf["obs"][t], mask = env.obs if obs_filter is None else obs_filter(env.obs, update=True), None
             if env.masked:
                 buf["mask"][t] = mask = env.mask
-            logits = masked_logits(self.pi(self._by_seed(buf["obs"][t])), self._by_seed(mask))
-            logp_all = torch.log_softmax(logits, dim=-1).cpu()
-            actions = sample_seed_actions(logp_all, generators=generators)
-            buf["actions"][t] = actions.view(-1).numpy()
-            buf["logp"][t] = logp_all.gather(-1, actions[..., None]).view(-1).numpy()
+            out = self.pi(self._by_seed(buf["obs"][t]))
+            if self.continuous:  # [K, n, size]: the unclipped sample is kept, the env clips it
+                mean = out.cpu()
+                actions = mean + log_std.exp() * batched.seed_normal(mean.shape, generators)
+                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).numpy()
+            else:
+                logp_all = torch.log_softmax(masked_logits(out, self._by_seed(mask)), dim=-1).cpu()
+                actions = sample_seed_actions(logp_all, generators=generators)
+                buf["actions"][t] = actions.view(-1).numpy()
+                buf["logp"][t] = logp_all.gather(-1, actions[..., None]).view(-1).numpy()
             step = env.step(buf["actions"][t])
             buf["rewards"][t], buf["terminated"][t], buf["truncated"][t], buf["valid"][t] = step
-            finished.append(self.stats.update(step))
+            if scaler is not None:
+                buf["rewards"][t] = scaler(step.rewards, valid=step.valid, done=step.terminated | step.truncated)
+            finished.append(self.stats.update(step))  # the raw rewards: the returns we report
         steps = by_seed(buf["valid"], self.num_seeds).sum(axis=(1, 2))
         self.seed_env_steps += steps
         returns, lens, seeds = (np.concatenate(part) for part in zip(*finished, strict=True))
-        return {**buf, "last_obs": env.obs.copy(), "env_steps": int(steps.sum()), "seed_env_steps": steps,
-                "episode_returns": returns, "episode_lens": lens, "episode_seeds": seeds}
+        last_obs = env.obs.copy() if obs_filter is None else obs_filter(env.obs, update=False)
+        return {**buf, "last_obs": last_obs, "env_steps": int(steps.sum()), "seed_env_steps": steps,
+                "episode_returns": returns, "episode_lens": lens, "episode_seeds": seeds,
+                "obs_moments": None if obs_filter is None else obs_filter.take(),
+                "reward_moments": None if scaler is None else scaler.take()}
 
     # ---- learning -----------------------------------------------------------------------------
 
@@ -285,12 +342,9 @@ class PPO(SeedLearnerBase):
         """One gradient step of each active seed on its minibatch ([K, width, ...] tensors, or [width, ...] for one
         seed); the losses [K, 4] (or [4])."""
         c = self.config
-        logp_all = torch.log_softmax(masked_logits(self.pi(mb["obs"]), mb.get("mask")), dim=-1)
-        # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
-        # after it (torch.where): the gradient of exp(x) * x at -inf is NaN, and where() would pass on 0 * NaN.
-        entropy = -(logp_all.exp() * logp_all.masked_fill(~logp_all.isfinite(), 0.0)).sum(-1)
+        new_logp, entropy = self._logp_entropy(mb)
         losses = ppo_losses(
-            new_logp=logp_all.gather(-1, mb["actions"][..., None]).squeeze(-1), old_logp=mb["logp"],
+            new_logp=new_logp, old_logp=mb["logp"],
             advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
             entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
             vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
@@ -301,6 +355,67 @@ class PPO(SeedLearnerBase):
             self.optimizer.clip_grad_norm_(c.grad_clip)
         self.optimizer.step(None if mask is None else active)  # no padding: every seed has a minibatch
         return torch.stack([losses[key] for key in LOSSES], dim=-1).detach().cpu()
+
+    def _logp_entropy(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current policy's log-probability of each minibatch action, and its entropy at each observation."""
+        out = self.pi(mb["obs"])
+        if self.continuous:
+            log_std = self.log_std(out.dim())
+            return gaussian_logp(mb["actions"], out, log_std), gaussian_entropy(log_std).expand(out.shape[:-1])
+        logp_all = torch.log_softmax(masked_logits(out, mb.get("mask")), dim=-1)
+        # p * log p with masked actions is 0 * -inf; those terms are 0. Zero log p before the product, not
+        # after it (torch.where): the gradient of exp(x) * x at -inf is NaN, and where() would pass on 0 * NaN.
+        entropy = -(logp_all.exp() * logp_all.masked_fill(~logp_all.isfinite(), 0.0)).sum(-1)
+        return logp_all.gather(-1, mb["actions"][..., None]).squeeze(-1), entropy
+
+    def seed_state(self, seed: int) -> dict[str, Any]:
+        """A one-seed learner's state; with Box actions also the bounds the env clips to (a policy loaded from
+        the checkpoint clips the same), and the normalization statistics when they are on."""
+        state = super().seed_state(seed)
+        if self.continuous:
+            actions = self.env.actions
+            state["action_space"] = {"low": actions.low.copy(), "high": actions.high.copy(), "shape": actions.shape}
+        if self.obs_filter is not None:
+            state["obs_filter"] = self.obs_filter.stats.get_state(seed)
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = {**self.reward_scaler.stats.get_state(seed),
+                                      "returns": self.reward_scaler.returns[seed].copy()}
+        return state
+
+    def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> bool:
+        exact = super().set_seed_state(seed, state)
+        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
+            if kept is None:
+                continue
+            if name not in state:
+                raise ValueError(f"the learner state holds no {name} statistics, and this config normalizes "
+                                 f"({'observation_filter' if name == 'obs_filter' else 'normalize_rewards'} is on)")
+            kept.stats.set_state(seed, state[name])
+        if self.reward_scaler is not None:
+            returns = state["reward_scaler"]["returns"]
+            self.reward_scaler.returns[seed] = returns if exact and len(returns) == self.env.envs_per_seed else 0.0
+        return exact
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """The networks, and the normalization statistics a rollout worker acts with."""
+        weights = super().get_weights()
+        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
+            if kept is not None:
+                weights[name] = kept.stats.to_arrays()
+        return weights
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
+        super().set_weights(weights)
+        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
+            if kept is not None:
+                kept.stats.load_arrays(weights[name])
+
+    def count_batch(self, batch: Mapping[str, Any]) -> None:
+        """A rollout worker's batch into the env steps and episodes, and what it saw into the statistics."""
+        super().count_batch(batch)
+        for key, kept in (("obs_moments", self.obs_filter), ("reward_moments", self.reward_scaler)):
+            if kept is not None and batch.get(key) is not None:
+                kept.stats.merge(batch[key])
 
     def train_iteration(self, source: Sampler | None = None) -> dict[str, float]:
         """The lr from its schedule, train_batch_size env steps per seed (own envs, or `source`'s), learn; our

@@ -57,9 +57,16 @@ def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folde
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
     state = checkpoints.policy_seed(checkpoints.read(checkpoint)["learner"])[0]
     sizes, layers, activation = policy_layers(learner, state, config)
+    box = state.get("action_space")  # ppo on Box actions: the bounds the mean is clipped to
+    extra = {} if box is None else {"action_low": np.asarray(box["low"]).tolist(),
+                                      "action_high": np.asarray(box["high"]).tolist(),
+                                      "action_shape": list(box["shape"])}
+    if state.get("obs_filter") is not None:  # observation_filter: MeanStdFilter's statistics, as trained
+        extra.update(obs_mean=np.asarray(state["obs_filter"]["mean"]).tolist(),
+                       obs_var=np.asarray(state["obs_filter"]["var"]).tolist())
     return tune_rl_policy.save(folder, sizes=sizes, activation=activation, state=layers,
                                about={"learner": learner, "env": config.get("env"),
-                                      "env_steps": int(state.get("env_steps", 0))})
+                                      "env_steps": int(state.get("env_steps", 0)), **extra})
 
 
 def requirements() -> list[str]:
@@ -70,10 +77,15 @@ def requirements() -> list[str]:
             f"numpy=={np.__version__}"]
 
 
-def signature(obs_dim: int) -> Any:
-    """float32 observations [batch, obs_dim] in, int64 actions [batch] out (MLflow enforces it)."""
+def signature(spec: dict[str, Any]) -> Any:
+    """float32 observations [batch, obs_dim] in; int64 actions [batch] out, or for Box actions float32
+    [batch, *action_shape] (MLflow enforces it). `spec` is the saved policy's (tune_rl_policy.Policy.spec)."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, obs_dim))]),
-                          outputs=Schema([TensorSpec(np.dtype(np.int64), (-1,))]))
+    if "action_shape" in spec:
+        out = TensorSpec(np.dtype(np.float32), (-1, *spec["action_shape"]))
+    else:
+        out = TensorSpec(np.dtype(np.int64), (-1,))
+    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, spec["sizes"][0]))]),
+                          outputs=Schema([out]))

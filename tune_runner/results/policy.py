@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from tune_runner import files
-from tune_runner.algos.common import masked_logits, split_obs, to_tensor
+from tune_runner.algos.common import ActionSpace, masked_logits, split_obs, to_tensor
+from tune_runner.algos.normalize import normalized
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
 from tune_runner.trainables import checkpoints
@@ -78,11 +79,13 @@ class Policy:
 
 
 class OwnPolicy(Policy):
-    """The acting network of our ppo (policy logits) or dqn (Q-values), argmax over the allowed actions."""
+    """The acting network of our ppo (policy logits) or dqn (Q-values), argmax over the allowed actions; for
+    ppo on Box actions the Gaussian's mean, clipped to the bounds as the env got it in training."""
 
-    def __init__(self, net: torch.nn.Module, *, obs_dim: int, **about: Any) -> None:
+    def __init__(self, net: torch.nn.Module, *, obs_dim: int, box: ActionSpace | None = None,
+                 obs_stats: Mapping[str, Any] | None = None, **about: Any) -> None:
         super().__init__(**about)
-        self.net, self.obs_dim = net.eval(), obs_dim
+        self.net, self.obs_dim, self.box, self.obs_stats = net.eval(), obs_dim, box, obs_stats
 
     @torch.no_grad()
     def _act(self, batch: Any) -> np.ndarray:
@@ -92,6 +95,11 @@ class OwnPolicy(Policy):
             raise ValueError(f"observations of {obs.shape[1]} features, the policy expects {self.obs_dim} "
                              f"(batch shape {obs.shape}); one observation goes to compute_single_action")
         cpu = torch.device("cpu")
+        if self.obs_stats is not None:  # observation_filter: MeanStdFilter, with the statistics it was saved with
+            obs = normalized(obs, self.obs_stats["mean"], self.obs_stats["var"])
+        if self.box is not None:
+            mean = self.net(to_tensor(obs, cpu)).numpy()
+            return self.box.clip(mean).reshape(len(mean), *self.box.shape)
         logits = masked_logits(self.net(to_tensor(obs, cpu)), None if mask is None else to_tensor(mask, cpu))
         return logits.argmax(-1).numpy()
 
@@ -222,8 +230,23 @@ def _own(checkpoint: Path) -> OwnPolicy:
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
-    return OwnPolicy(net, obs_dim=obs_dim, env_id=config["env"], env_config=env_config_of(config),
-                     kind=learner, checkpoint=checkpoint)
+    return OwnPolicy(net, obs_dim=obs_dim, box=box_actions(state, where=checkpoint),
+                     obs_stats=state.get("obs_filter"), env_id=config["env"],
+                     env_config=env_config_of(config), kind=learner, checkpoint=checkpoint)
+
+
+def box_actions(state: Mapping[str, Any], *, where: Path) -> ActionSpace | None:
+    """The Box action space a ppo checkpoint was trained on (its bounds and shape), or None for Discrete actions."""
+    saved = state.get("action_space")
+    if saved is None:
+        return None
+    try:
+        low, high = (np.asarray(saved[key], dtype=np.float32).reshape(-1) for key in ("low", "high"))
+        shape = tuple(int(n) for n in saved["shape"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{where / checkpoints.CHECKPOINT_FILE}: not a readable checkpoint (its action_space: "
+                        f"{type(exc).__name__}: {exc}); pass a checkpoint folder written by our ppo") from None
+    return ActionSpace(continuous=True, size=len(low), shape=shape, low=low, high=high)
 
 
 class LearnerPolicy(Policy):

@@ -82,7 +82,7 @@ def _log_model(*, uri: str, run_id: str, model_id: str, data: Path, register_as:
             return Model.log(artifact_path=None, name=model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
                              model_id=model_id, loader_module="tune_rl_policy", data_path=str(data),
                              code_paths=[tune_rl_policy.__file__], pip_requirements=model.requirements(),
-                             signature=model.signature(tune_rl_policy.Policy(data).spec["sizes"][0]),
+                             signature=model.signature(tune_rl_policy.Policy(data).spec),
                              registered_model_name=register_as, await_registration_for=0)
     finally:
         mlflow.set_tracking_uri(previous)
