@@ -58,6 +58,9 @@ _PLUGIN_PREFIX = "tune_rl_plugin_"
 MODELS: Registry[Any] = Registry("model")
 AGENTS: Registry[Any] = Registry("agent")
 MODELS.register("mlp", "tune_runner.algos.networks:MLP")  # models.BUILT_IN; torch loads when a network is built
+# Our own agents, known before anything imports them: a registry snapshot taken early (a test's) holds them too.
+AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
+AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
 
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
 

@@ -36,8 +36,7 @@ from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
 from tune_runner.spec.seeds import DEFAULT_AGGREGATE
 from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins
 
-AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
-AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
+# ppo and dqn are in AGENTS from the start (tune_runner.plugins), as the built-in mlp is in MODELS.
 # Our agents' settings, importable without torch: `tune-rl train --help` lists them without a learner.
 CONFIGS = {"ppo": "tune_runner.algos.config:PPOConfig", "dqn": "tune_runner.algos.config:DQNConfig"}
 PROVIDED = ("seed", "model", "model_config")  # keys every user agent accepts besides its add_args options
