@@ -25,6 +25,7 @@ from tune_runner.results.robust import (
     iqm,
     overlap,
     plan,
+    policy_trial,
     rank,
     scope,
     summarise,
@@ -177,6 +178,7 @@ class _Result:
 
     def __init__(self, candidate: int, seed: int, **metrics: float) -> None:
         self.config, self.metrics = {CANDIDATE_KEY: candidate, "seed": seed}, metrics
+        self.path = f"/exp/reevaluation/trial_{candidate}_{seed}"
 
 
 def test_seed_runs_take_the_env_steps_where_the_last_result_reached_stop_at():
@@ -185,11 +187,13 @@ def test_seed_runs_take_the_env_steps_where_the_last_result_reached_stop_at():
             _Result(0, 1001, episode_return_mean=474.9, env_steps=250_880),
             _Result(1, 1000, episode_return_mean=math.nan, env_steps=100)]  # reported nothing finite: left out
     runs = _seed_runs(grid, spec, count=2)
-    assert runs == {0: [SeedRun(1000, 480.0, 96_256), SeedRun(1001, 474.9, None)], 1: []}
+    assert runs == {0: [SeedRun(1000, 480.0, 96_256, "/exp/reevaluation/trial_0_1000"),
+                        SeedRun(1001, 474.9, None, "/exp/reevaluation/trial_0_1001")], 1: []}
     low = spec.with_overrides(mode="min", stop_at=10.0)  # a loss: reaching means at or below
     assert _seed_runs([_Result(0, 1000, episode_return_mean=9.5, env_steps=3_000),
                        _Result(0, 1001, episode_return_mean=10.5, env_steps=9_000)], low, count=1) == \
-        {0: [SeedRun(1000, 9.5, 3_000), SeedRun(1001, 10.5, None)]}
+        {0: [SeedRun(1000, 9.5, 3_000, "/exp/reevaluation/trial_0_1000"),
+             SeedRun(1001, 10.5, None, "/exp/reevaluation/trial_0_1001")]}
     assert target_of(spec) == Target(475.0, 250_000) and target_of(spec.with_overrides(stop_at=None)) is None
 
 
@@ -385,3 +389,13 @@ def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monke
                            seeds=None, name="r", out=out) is None
     assert out.getvalue() == ("re-evaluation skipped: 3 trial(s) is too few for 2 configs x 3 seeds (tune-rl best "
                               "EXP --reevaluate K --seeds N runs it anyway)\n")
+
+
+def test_the_exported_policy_is_the_winners_best_reevaluation_seeds():
+    runs = [SeedRun(1000, -300.0, None, "/r/a"), SeedRun(1001, -180.0, 90_000, "/r/b"),
+            SeedRun(1002, -220.0, 120_000, "/r/c")]
+    evaluated = summarise(Candidate("t1", {}, 0.0), runs, target=None)
+    assert evaluated.trial_paths == ("/r/a", "/r/b", "/r/c")
+    assert policy_trial(evaluated, mode="max") == "/r/b"
+    assert policy_trial(evaluated, mode="min") == "/r/a"  # a loss: the lowest final value
+    assert policy_trial(summarise(Candidate("t1", {}, 0.0), [], target=None), mode="max") is None

@@ -36,12 +36,11 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
     chosen, judged = analysis.select(spec, loaded, metric=metric, mode=mode, scope=scope)
     verdict = None
     if reevaluate and path is not None:
-        from tune_runner.results.robust import scope as robust_scope
+        from tune_runner.results.robust import winner_best
 
         verdict = _reevaluate_best(judged, loaded, path, top=reevaluate, seeds=seeds, num_cpus=num_cpus,
                                    out=out or sys.stdout)
-        chosen = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=judged.metric,
-                                     mode=judged.mode, value=verdict.winner.iqm, scope=robust_scope(verdict))
+        chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
     return best_result(spec, chosen, experiment=name, path=path, verdict=verdict, tracked=tracked)
 
 

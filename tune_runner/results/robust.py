@@ -110,6 +110,8 @@ class SeedRun:
     seed: int
     final: float
     reached_at: int | None = None
+    trial_path: str | None = None
+    """The re-evaluation trial folder it trained in (one per seed, or one for a trial of several seeds)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class Evaluated:
     steps: tuple[int, ...] = ()
     steps_iqm: float = math.nan
     steps_ci: tuple[float, float] = (math.nan, math.nan)
+    trial_paths: tuple[str | None, ...] = ()
+    """Each seed's re-evaluation trial folder, in `seeds` order."""
 
     @property
     def share(self) -> float:
@@ -141,12 +145,36 @@ def summarise(candidate: Candidate, runs: Sequence[SeedRun], *, target: Target |
     """A candidate's Evaluated from its runs; with a target, a seed that did not solve counts at the budget."""
     runs = sorted(runs, key=lambda r: r.seed)
     returns = tuple(r.final for r in runs)
-    evaluated = Evaluated(candidate, tuple(r.seed for r in runs), returns, iqm(returns), bootstrap_ci(returns))
+    evaluated = Evaluated(candidate, tuple(r.seed for r in runs), returns, iqm(returns), bootstrap_ci(returns),
+                          trial_paths=tuple(r.trial_path for r in runs))
     if target is None:
         return evaluated
     steps = tuple(target.budget if r.reached_at is None else int(r.reached_at) for r in runs)
     return replace(evaluated, solved=tuple(r.reached_at is not None for r in runs), steps=steps,
                    steps_iqm=iqm(steps), steps_ci=bootstrap_ci(steps))
+
+
+def policy_trial(evaluated: Evaluated, *, mode: str) -> str | None:
+    """The re-evaluation trial folder whose policy stands for `evaluated`: its best seed's (a trial of several
+    seeds holds them all, and a policy read from it is its best seed's: trainables.checkpoints.policy_seed)."""
+    if not evaluated.trial_paths:
+        return None
+    pick = max if mode == "max" else min
+    return evaluated.trial_paths[pick(range(len(evaluated.returns)), key=lambda i: evaluated.returns[i])]
+
+
+def winner_best(loaded: Any, verdict: Verdict, *, metric: str, mode: str) -> Any:
+    """The best to export after a re-evaluation: the winner's search trial and config, valued at its IQM, with
+    the policy (trial_path) of its best re-evaluation seed where that trial left a checkpoint. The search trial
+    itself may have been stopped early by the scheduler, long before its config's policy was any good."""
+    from tune_runner.results.analysis import last_checkpoint, trial_best
+
+    best = trial_best(loaded, verdict.winner.candidate.trial_id, metric=metric, mode=mode, value=verdict.winner.iqm,
+                      scope=scope(verdict))
+    path = policy_trial(verdict.winner, mode=mode)
+    if path is not None and last_checkpoint(path) is not None:
+        best = replace(best, trial_path=str(path))
+    return best
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -128,7 +129,8 @@ def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list
         value = metrics.get(spec.metric)
         if isinstance(value, (int, float)) and math.isfinite(value):
             reached_at = int(metrics.get("env_steps", 0)) if spec.reached(metrics) else None
-            runs[int(config[CANDIDATE_KEY])].append(SeedRun(int(config["seed"]), float(value), reached_at))
+            runs[int(config[CANDIDATE_KEY])].append(SeedRun(int(config["seed"]), float(value), reached_at,
+                                                            trial_path=result.path))
     return runs
 
 
@@ -147,7 +149,7 @@ def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, l
             if column in history:
                 run = _seed_run(spec, seed, history[column].tolist(), history["env_steps"].tolist())
                 if run is not None:
-                    runs[int(config[CANDIDATE_KEY])].append(run)
+                    runs[int(config[CANDIDATE_KEY])].append(replace(run, trial_path=result.path))
     return runs
 
 

@@ -308,10 +308,9 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
                                   seeds=options.seeds or settings.get("seeds"), name="reevaluation",
                                   out=out or sys.stdout, verbose=options.verbose)
         if verdict is not None:
-            from tune_runner.results.robust import scope
+            from tune_runner.results.robust import winner_best
 
-            best = analysis.trial_best(loaded, verdict.winner.candidate.trial_id, metric=spec.metric,
-                                       mode=spec.mode, value=verdict.winner.iqm, scope=scope(verdict))
+            best = winner_best(loaded, verdict, metric=spec.metric, mode=spec.mode)
     export_path = None
     if best is not None and options.export:
         export_path = export.bundle(spec, best, experiment=exp_path.name, verdict=verdict).write(
