@@ -37,7 +37,8 @@ def test_our_learners_are_own_records_that_export_their_policy():
         record = backend(name)
         assert isinstance(record, OwnBackend) and record.kind == "own" and record.name == name
         assert record.reports == OWN_REPORTS[name] and record.exports_policy and record.can_checkpoint
-        assert record.trains == Trains(("Discrete",), ("Box", "masked Dict"))
+        actions = ("Discrete", "Box") if name == "ppo" else ("Discrete",)  # ppo: a Gaussian policy on a Box
+        assert record.trains == Trains(actions, ("Box", "masked Dict"))
         assert "episodes" in record.time_attrs and not record.settings_need_ray
     assert backend("ppo") is backend("ppo")  # one record, registered once
 

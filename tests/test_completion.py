@@ -59,7 +59,8 @@ def test_commands_and_flags(bash_script):
 
 
 def test_space_scheduler_and_searcher_names(bash_script):
-    assert complete(bash_script, "tune-rl search --space ppo") == ["ppo_small"]
+    assert complete(bash_script, "tune-rl search --space ppo") == ["ppo_pendulum", "ppo_small"]
+    assert complete(bash_script, "tune-rl search --space ppo_s") == ["ppo_small"]
     assert complete(bash_script, "tune-rl spaces show dq") == ["dqn_small"]
     assert {"asha", "pbt", "pb2", "median"} <= set(complete(bash_script, "tune-rl search --scheduler "))
     assert complete(bash_script, "tune-rl search --searcher op") == ["optuna"]
@@ -147,7 +148,7 @@ def test_zsh_completes_through_the_script(tmp_path):
     (tmp_path / "zpty.zsh").write_text(ZPTY)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     shown = []
-    for line in ("tune-rl search --space ppo", "tune-rl search --space ppo_small --set trainable=rllib/DQ"):
+    for line in ("tune-rl search --space ppo_s", "tune-rl search --space ppo_small --set trainable=rllib/DQ"):
         ran = subprocess.run(["zsh", "-f", tmp_path / "zpty.zsh", tmp_path / "tune-rl.zsh", line],
                              capture_output=True, text=True, env=env, timeout=60)
         shown.append(re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", ran.stdout))
@@ -166,7 +167,7 @@ def test_the_rllib_names_read_from_rays_source_are_the_ones_rllib_registers():
 def test_fish_completes_through_the_script(tmp_path):
     script = subprocess.run([BIN / "tune-rl", "completion", "fish"], capture_output=True, text=True).stdout
     (tmp_path / "tune-rl.fish").write_text(script)
-    probe = (f"source {tmp_path / 'tune-rl.fish'}; complete -C 'tune-rl search --space ppo'; "
+    probe = (f"source {tmp_path / 'tune-rl.fish'}; complete -C 'tune-rl search --space ppo_s'; "
              "complete -C 'tune-rl search --space ppo_small --set trainable=rllib/D'")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     ran = subprocess.run(["fish", "-c", probe], capture_output=True, text=True, env=env, timeout=60)

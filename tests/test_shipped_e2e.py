@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in paths.shipped("search_spaces").glob("*.yaml"))
 # Fewer trials than shipped where the space is slow; everything else as shipped.
-NUM_SAMPLES = {"dqn_small": None, "curriculum": 2, "masked_choice": 2}
+NUM_SAMPLES = {"dqn_small": None, "curriculum": 2, "masked_choice": 2, "ppo_pendulum": 3}
 
 
 def finished_search(home: Path, name: str) -> tuple[list, dict]:
@@ -126,6 +127,36 @@ def test_shipped_masked_choice_space_learns_to_pick_the_best_allowed_action(ray_
     uniform_allowed = 0.5 * env.episode_length
     assert bundle["result"]["episode_return_mean"] > 1.3 * uniform_allowed, bundle["result"]
     parent_run(_isolated_home, "masked_choice")
+
+
+def test_shipped_pendulum_space_solves_and_its_policy_acts_in_the_box(ray_session, cli, _isolated_home, tmp_path):
+    """ppo_pendulum.yaml (Box actions): a config that reaches -250 in the search and on fresh seeds, whose
+    exported policy evaluates near that and whose MLflow model, loaded by MLflow alone, acts as load_policy does."""
+    from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env
+    from tune_runner.results.evaluate import evaluate
+    from tune_runner.results.policy import load_policy
+
+    extra = ["--num-samples", str(NUM_SAMPLES["ppo_pendulum"])] if NUM_SAMPLES.get("ppo_pendulum") else []
+    result = cli("search", "--space", "ppo_pendulum", "--name", "ppo_pendulum", *extra)
+    assert result.status == 0, result.err + result.out[-2000:]
+    _, bundle = finished_search(_isolated_home, "ppo_pendulum")
+    solved(bundle)
+    parent = parent_run(_isolated_home, "ppo_pendulum")
+    # The policy is the winner's best re-evaluation seed's: its search trial may have been stopped early by ASHA.
+    assert "/reevaluation/" in bundle["checkpoint"], bundle["checkpoint"]
+    policy = load_policy(_isolated_home / "results" / "ppo_pendulum" / "best.yaml")
+    assert policy.box is not None and evaluate(policy, episodes=5, seed=123).mean > -400  # random: about -1200
+    angle = np.random.default_rng(0).uniform(-np.pi, np.pi, 100)
+    obs = np.stack([np.cos(angle), np.sin(angle), np.linspace(-8, 8, 100)], axis=1).astype(np.float32)
+    np.save(tmp_path / "obs.npy", obs)
+    argv = [sys.executable, "-c", LOAD_WITHOUT_TUNE_RL, f"sqlite:///{_isolated_home / 'mlflow.db'}",
+            str(tmp_path / "obs.npy"), f"runs:/{parent.info.run_id}/policy"]
+    done = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    actions = np.load(tmp_path / "actions0.npy")
+    assert actions.dtype == np.float32 and actions.shape == (100, 1) and np.abs(actions).max() <= 2.0
+    np.testing.assert_array_equal(actions, policy.compute_actions(obs))
 
 
 def test_shipped_oracle_space_finds_the_optimum_region(ray_session, cli, _isolated_home):
