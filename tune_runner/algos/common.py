@@ -172,8 +172,11 @@ class Step(NamedTuple):
 
 
 def default_vectorize_mode(env_id: str) -> str:
-    """`vector_entry_point` where the env registers a numpy-vectorized version, else `sync`."""
-    return "vector_entry_point" if gym.spec(env_id).vector_entry_point else "sync"
+    """`vector_entry_point` where the env registers a numpy-vectorized version or we have one
+    (tune_runner.algos.vector_envs), else `sync`."""
+    from tune_runner.algos.vector_envs import NUMPY_VECTOR_ENVS
+
+    return "vector_entry_point" if gym.spec(env_id).vector_entry_point or env_id in NUMPY_VECTOR_ENVS else "sync"
 
 
 def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs: int, seed: int,
@@ -186,6 +189,13 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
     if mode not in VECTORIZE_MODES:
         raise ValueError(unknown_name("gym_env_vectorize_mode", mode, VECTORIZE_MODES))
     kwargs = dict(env_config or {})
+    if mode == "vector_entry_point" and not gym.spec(env_id).vector_entry_point:
+        from tune_runner.algos.vector_envs import numpy_vector_env
+
+        ours = numpy_vector_env(env_id, kwargs, num_envs)
+        if ours is not None:
+            return VecEnv(ours, make=lambda: numpy_vector_env(env_id, kwargs, num_envs), seed=seed)
+        mode = "sync"  # an env_config key our version does not take: gymnasium's own envs
     if mode != "vector_entry_point":
         kwargs["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
