@@ -97,16 +97,16 @@ class Clock:
                 "cap": cap, "config": config}
 
 
-def is_solved(return_mean: float, episodes: int) -> bool:
-    return episodes >= WINDOW and return_mean >= TARGET
+def is_solved(return_mean: float, episodes: int, target: float = TARGET) -> bool:
+    return episodes >= WINDOW and return_mean >= target
 
 
 class EpisodeWindow:
     """The returns of the last WINDOW finished episodes, for the peers (ours keep the same window)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: float = TARGET) -> None:
         self.returns: deque[float] = deque(maxlen=WINDOW)
-        self.episodes = 0
+        self.episodes, self.target = 0, target
 
     def add(self, episode_return: float) -> None:
         self.returns.append(float(episode_return))
@@ -116,7 +116,7 @@ class EpisodeWindow:
         return statistics.fmean(self.returns) if self.returns else math.nan
 
     def solved(self) -> bool:
-        return is_solved(self.mean(), self.episodes)
+        return is_solved(self.mean(), self.episodes, self.target)
 
 
 def run_ours(algo: str, seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
@@ -135,11 +135,12 @@ def run_ours(algo: str, seed: int, clock_args: dict[str, Any]) -> dict[str, Any]
     return train_ours(learner, clock, config=values)
 
 
-def train_ours(learner: Any, clock: Clock, *, config: dict[str, Any]) -> dict[str, Any]:
-    """Train one of our learners until it solves or a cap stops it (bench/search_vs_zoo.py trains its configs so)."""
+def train_ours(learner: Any, clock: Clock, *, config: dict[str, Any], target: float = TARGET) -> dict[str, Any]:
+    """Train one of our learners until it solves or a cap stops it (bench/search_vs_zoo.py and
+    bench/solve_pendulum.py train their configs so)."""
     while True:
         m = learner.train_iteration()
-        solved = is_solved(m["episode_return_mean"], m["episodes"])
+        solved = is_solved(m["episode_return_mean"], m["episodes"], target)
         cap = None if solved else clock.capped(learner.env_steps)
         if solved or cap:
             return clock.result(solved=solved, env_steps=learner.env_steps, episodes=m["episodes"],
@@ -180,15 +181,16 @@ def run_rllib(algo: str, seed: int, clock_args: dict[str, Any]) -> dict[str, Any
             return result
 
 
-def zoo_hyperparams() -> tuple[dict[str, Any], str]:
-    """CartPole-v1's PPO entry of the installed rl_zoo3 (and where it came from), else ZOO_PPO."""
+def zoo_hyperparams(env_id: str = ENV_ID, fallback: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """`env_id`'s PPO entry of the installed rl_zoo3 (and where it came from), else `fallback` (CartPole's
+    ZOO_PPO by default)."""
     import rl_zoo3
     import yaml
 
     path = Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo.yml"
     if path.is_file():
-        return dict(yaml.safe_load(path.read_text())[ENV_ID]), f"rl_zoo3 {rl_zoo3.__version__} hyperparams/ppo.yml"
-    return dict(ZOO_PPO), "built-in copy of the zoo's values"
+        return dict(yaml.safe_load(path.read_text())[env_id]), f"rl_zoo3 {rl_zoo3.__version__} hyperparams/ppo.yml"
+    return dict(ZOO_PPO if fallback is None else fallback), "built-in copy of the zoo's values"
 
 
 def sb3_kwargs(hyper: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +205,7 @@ def sb3_kwargs(hyper: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_sb3(kwargs: dict[str, Any], *, policy: str, n_envs: int, seed: int, clock_args: dict[str, Any],
-              budget: int) -> tuple[Any, EpisodeWindow, Clock]:
+              budget: int, env_id: str = ENV_ID, target: float = TARGET) -> tuple[Any, EpisodeWindow, Clock]:
     """SB3 PPO trained on `seed` until it solves, a cap stops it or `budget` env steps are done.
 
     The clock starts after the imports, as for the others. The budget is also the horizon of the schedules
@@ -220,7 +222,7 @@ def train_sb3(kwargs: dict[str, Any], *, policy: str, n_envs: int, seed: int, cl
 
         def __init__(self) -> None:
             super().__init__()
-            self.window = EpisodeWindow()
+            self.window = EpisodeWindow(target)
 
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
@@ -229,7 +231,7 @@ def train_sb3(kwargs: dict[str, Any], *, policy: str, n_envs: int, seed: int, cl
             return not (self.window.solved() or clock.capped(self.num_timesteps))
 
     clock = Clock(**clock_args)
-    env = make_vec_env(ENV_ID, n_envs=n_envs, seed=seed)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     model = PPO(policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
     clock.mark_built()
     stop = StopWhenSolved()
@@ -283,11 +285,13 @@ def sb3_python(venv: Path) -> Path | None:
     return python
 
 
-def run_child(name: str, seed: int, *, python: Path, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    """One contender and seed in its own process group; its result with `peak_rss_mb` added."""
+def run_child(name: str, seed: int, *, python: Path, args: argparse.Namespace, logs: Path,
+              script: Path | None = None) -> dict[str, Any]:
+    """One contender and seed in its own process group (`script --child`, this file by default); its result with
+    `peak_rss_mb` added."""
     tag = f"{name.replace('/', '-')}-seed{seed}"
     result_file, log_file = logs / f"{tag}.json", logs / f"{tag}.log"
-    cmd = [str(python), str(Path(__file__).resolve()), "--child", name, "--seed", str(seed),
+    cmd = [str(python), str(script or Path(__file__).resolve()), "--child", name, "--seed", str(seed),
            "--max-wall", str(args.max_wall), "--max-env-steps", str(args.max_env_steps), "--result", str(result_file)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "PYTHONWARNINGS": "ignore"}

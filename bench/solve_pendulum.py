@@ -1,0 +1,137 @@
+"""Wall time to a solved Pendulum-v1: our PPO (Box actions) against Stable-Baselines3's PPO with rl-baselines3-zoo's
+published Pendulum-v1 hyperparameters (issue 18).
+
+Solved: the mean return of the last 100 training episodes a contender finished is >= -250. The clock, the
+caps, the one-thread subprocesses and the peak RSS are bench/solve_cartpole.py's; every seed counts, an
+unsolved seed is infinitely slow in the medians. Target: ours at most 1/5 of SB3's wall time, with at least
+as many seeds solved.
+
+    .venv/bin/python bench/solve_pendulum.py [--seeds 5] [--first-seed 1000] [--max-wall 600] [--max-env-steps 1000000]
+
+Our config is search_spaces/ppo_pendulum.yaml's fixed values and the middle of its space, chosen by looking
+at seeds 1 and 2 only; the benchmark runs seeds 1000 and up. The zoo's entry uses gSDE (`use_sde`), which
+our PPO does not have; its budget (n_timesteps 1e5) is the zoo's, and SB3 stops there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import solve_cartpole as solve  # noqa: E402  (stdlib only at import: the SB3 venv's child imports it too)
+
+ENV_ID, TARGET = "Pendulum-v1", -250.0
+OUR_PPO = {"lr": 1e-3, "gamma": 0.9, "lambda_": 0.945, "num_epochs": 9, "minibatch_size": 256,
+           "train_batch_size": 4096, "num_envs_per_env_runner": 16, "vf_clip_param": None, "log_std_init": -0.25}
+# rl-baselines3-zoo's Pendulum-v1 PPO entry, used when the installed rl_zoo3 ships no hyperparams/ppo.yml.
+ZOO_PPO = {"n_envs": 4, "n_timesteps": 1e5, "policy": "MlpPolicy", "n_steps": 1024, "gae_lambda": 0.95,
+           "gamma": 0.9, "n_epochs": 10, "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2,
+           "use_sde": True, "sde_sample_freq": 4}
+CONTENDERS = ("ours/PPO", "sb3/PPO")
+
+
+def run_ours(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    from tune_runner.algos import PPO, PPOConfig
+
+    values = {**OUR_PPO, "metrics_num_episodes_for_smoothing": solve.WINDOW, "seed": seed}
+    clock = solve.Clock(**clock_args)
+    learner = PPO(PPOConfig.from_dict(values), env_id=ENV_ID)
+    clock.mark_built()
+    return solve.train_ours(learner, clock, config=values, target=TARGET)
+
+
+def run_sb3(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
+    hyper, source = solve.zoo_hyperparams(ENV_ID, ZOO_PPO)
+    kwargs, budget = solve.sb3_kwargs(hyper), int(float(hyper["n_timesteps"]))
+    model, window, clock = solve.train_sb3(kwargs, policy=hyper["policy"], n_envs=int(hyper["n_envs"]), seed=seed,
+                                           clock_args=clock_args, budget=budget, env_id=ENV_ID, target=TARGET)
+    cap = None if window.solved() else (clock.capped(model.num_timesteps) or f"zoo budget {budget}")
+    return clock.result(solved=window.solved(), env_steps=model.num_timesteps, episodes=window.episodes,
+                        return_mean=window.mean(), cap=cap, config={**hyper, "source": source})
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="how many seeds, from --first-seed (default 5)")
+    parser.add_argument("--first-seed", type=int, default=1000, help="the first seed (default 1000)")
+    parser.add_argument("--max-wall", type=float, default=600.0, help="wall-clock cap per run in s (default 600)")
+    parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="env-step cap per run (default 1e6)")
+    parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
+    parser.add_argument("--sb3-venv", type=Path, default=BENCH / ".venv-sb3",
+                        help="venv for SB3 and rl_zoo3, created on first use (default bench/.venv-sb3)")
+    parser.add_argument("--json", type=Path, help="also write every run's result to this file")
+    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for flag in ("seeds", "max_wall", "max_env_steps"):
+        if not getattr(args, flag) > 0:
+            parser.error(f"--{flag.replace('_', '-')} must be > 0, got {getattr(args, flag)}")
+    return args
+
+
+def report(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    stats = {name: solve.summary(rs) for name, rs in runs.items() if rs}
+    seeds = f"{args.first_seed}-{args.first_seed + args.seeds - 1}"
+    print(f"\n{ENV_ID} to solved (mean of the last {solve.WINDOW} training episodes >= {TARGET:g}), one thread, "
+          f"seeds {seeds}, medians with an unsolved seed counted as infinitely slow:\n")
+    print("| contender | solved | env steps/s | wall s to solved | env steps to solved | peak RSS MB |")
+    print("|:--|--:|--:|--:|--:|--:|")
+    for name, s in stats.items():
+        wall = f"> {args.max_wall:g}" if math.isinf(s["wall"]) else f"{s['wall']:.1f}"
+        steps = "-" if math.isinf(s["steps"]) else f"{s['steps']:,.0f}"
+        print(f"| {name} | {s['solved']}/{s['runs']} | {s['sps']:,.0f} | {wall} | {steps} | {s['rss']:.0f} |")
+    print()
+    for name, s in stats.items():
+        missed = f"; not solved: seed {', '.join(map(str, s['unsolved']))}" if s["unsolved"] else ""
+        print(f"{name}: solved {s['solved']}/{s['runs']} seeds ({seeds}){missed}")
+    if len(stats) == 2:
+        print(solve.target_line("ours/PPO", "sb3/PPO", stats, target=0.2, cap=args.max_wall))
+        enough = stats["ours/PPO"]["solved"] >= stats["sb3/PPO"]["solved"]
+        print(f"seeds solved: ours {stats['ours/PPO']['solved']}, SB3 {stats['sb3/PPO']['solved']}; "
+              f"at least as many: {'met' if enough else 'NOT MET'}")
+
+
+def main() -> int:
+    args = parse_args()
+    clock_args = {"max_wall": args.max_wall, "max_env_steps": args.max_env_steps}
+    if args.child:
+        result = run_ours(args.seed, clock_args) if args.child == "ours/PPO" else run_sb3(args.seed, clock_args)
+        args.result.write_text(json.dumps(result))
+        return 0
+    pythons = {name: Path(sys.executable) for name in args.contenders}
+    if "sb3/PPO" in pythons:
+        sb3 = solve.sb3_python(args.sb3_venv)
+        if sb3 is None:
+            del pythons["sb3/PPO"]
+        else:
+            pythons["sb3/PPO"] = sb3
+    print(f"ours/PPO config: {json.dumps(OUR_PPO)}")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in pythons}
+    with tempfile.TemporaryDirectory(prefix="solve_pendulum-") as logs:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: load drift hits both
+            for name, python in pythons.items():
+                result = solve.run_child(name, seed, python=python, args=args, logs=Path(logs),
+                                         script=Path(__file__).resolve())
+                if name == "sb3/PPO" and seed == args.first_seed and "config" in result:
+                    print(f"sb3/PPO config: {json.dumps(result['config'])}")
+                print(solve.describe(name, seed, result), flush=True)
+                runs[name].append({**result, "seed": seed})
+    report(runs, args)
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+    return 1 if any("error" in r for rs in runs.values() for r in rs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
