@@ -23,12 +23,29 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("TUNE_RL_CACHE", tempfile.mkdtemp(prefix="tune-rl-test-cache-"))
 
 
+# e2e files whose tests may run on different pytest-xdist workers at once: long trainings that share nothing.
+# Every other e2e file is one unit of work (an xdist_group), run on one worker in file order, as it was written.
+SPLIT_E2E = ("test_shipped_e2e",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The unit tests first, then the e2e ones, each in file order: the suite's one Ray starts with the first e2e
     test that needs it and stays up, and a unit test must see what a user's process sees before any Ray (an
     e2e file that sorts early, tests/test_api_e2e.py, put Ray under test_audit.py's unit tests). It also gives
-    the fast verdict first."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    the fast verdict first.
+
+    `make test` runs the e2e tests on 2 xdist workers (`--dist loadgroup`, each worker with its own Ray): one
+    worker alone left a quarter of the 2 cores idle (Ray's start, servers, browsers, the last trial of a search).
+    The longest units go first (SPLIT_E2E's tests), so that the two workers end together."""
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        e2e = item.get_closest_marker("e2e") is not None
+        return e2e, e2e and item.module.__name__.rsplit(".", 1)[-1] not in SPLIT_E2E
+
+    items.sort(key=order)
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if item.get_closest_marker("e2e") is not None and module not in SPLIT_E2E:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)
