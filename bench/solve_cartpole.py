@@ -395,6 +395,16 @@ def report(runs: dict[str, list[dict[str, Any]]], cap: float) -> None:
         print(target_line("ours/DQN", "rllib/DQN", stats, target=1 / 3, cap=cap))
 
 
+def add_run_args(parser: argparse.ArgumentParser, contenders: tuple[str, ...]) -> None:
+    """The SB3 venv, the JSON output and the hidden flags a contender's subprocess gets (run_child)."""
+    parser.add_argument("--sb3-venv", type=Path, default=ROOT / "bench" / ".venv-sb3",
+                        help="venv for SB3 and rl_zoo3, created on first use (default bench/.venv-sb3)")
+    parser.add_argument("--json", type=Path, help="also write every run's result to this file")
+    parser.add_argument("--child", choices=contenders, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0 .. N-1 for every contender (default 10)")
@@ -405,12 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-env-steps", type=int, default=500_000, help="env-step cap per run (default 500000)")
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                         help="which to run (default: all)")
-    parser.add_argument("--sb3-venv", type=Path, default=ROOT / "bench" / ".venv-sb3",
-                        help="venv for SB3 and rl_zoo3, created on first use (default bench/.venv-sb3)")
-    parser.add_argument("--json", type=Path, help="also write every run's result to this file")
-    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    add_run_args(parser, CONTENDERS)
     args = parser.parse_args(argv)
     for flag in ("seeds", "max_wall", "max_env_steps"):
         if not (value := getattr(args, flag)) > 0:

@@ -67,12 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-wall", type=float, default=600.0, help="wall-clock cap per run in s (default 600)")
     parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="env-step cap per run (default 1e6)")
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
-    parser.add_argument("--sb3-venv", type=Path, default=BENCH / ".venv-sb3",
-                        help="venv for SB3 and rl_zoo3, created on first use (default bench/.venv-sb3)")
-    parser.add_argument("--json", type=Path, help="also write every run's result to this file")
-    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    solve.add_run_args(parser, CONTENDERS)
     args = parser.parse_args(argv)
     for flag in ("seeds", "max_wall", "max_env_steps"):
         if not getattr(args, flag) > 0:

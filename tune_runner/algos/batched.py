@@ -297,21 +297,21 @@ class SeedAdam:
 
 def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Uniform [0, 1) noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
-    if len(generators) == 1:
-        return torch.rand(tuple(shape), generator=generators[0])
-    noise = torch.empty(tuple(shape))
-    for row, generator in zip(noise, generators, strict=True):
-        torch.rand(row.shape, generator=generator, out=row)
-    return noise
+    return _seed_noise(torch.rand, shape, generators)
 
 
 def seed_normal(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Standard normal noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
+    return _seed_noise(torch.randn, shape, generators)
+
+
+def _seed_noise(draw: Callable[..., torch.Tensor], shape: Sequence[int],
+                generators: Sequence[torch.Generator]) -> torch.Tensor:
     if len(generators) == 1:
-        return torch.randn(tuple(shape), generator=generators[0])
+        return draw(tuple(shape), generator=generators[0])
     noise = torch.empty(tuple(shape))
     for row, generator in zip(noise, generators, strict=True):
-        torch.randn(row.shape, generator=generator, out=row)
+        draw(row.shape, generator=generator, out=row)
     return noise
 
 
