@@ -36,6 +36,13 @@ def test_dashed_spellings_and_rllib_batch_name():
     assert spec.fixed == {"train_batch_size_per_learner": 400, "num_env_runners": 1, "seed": 4}
 
 
+def test_set_budget_is_the_budget_as_for_search_not_a_learner_setting():
+    _, spec, _ = spec_of(["train", "--env_name", "Pendulum-v1", "--set", "budget=20000", "--set", "gamma=0.9"])
+    assert spec.budget_env_steps == 20_000 and spec.fixed == {"gamma": 0.9}
+    _, spec, _ = spec_of(["train", "--env_name", "CartPole-v1", "--set", "budget=3000", "--budget", "3000"])
+    assert spec.budget_env_steps == 3000
+
+
 def test_the_default_experiment_name_is_one_folder_name_for_namespaced_envs_and_agents():
     from tune_runner.paths import check_name
 
@@ -74,6 +81,9 @@ def test_seed_usage_model_name_ppo_reads_as_the_agent():
     (["train", "--agent_name", "ppo"], "give --env_name ENV"),
     (["train", "--env_name", "CartPole-v1", "--model_name", "mlpp"], "--model_name mlpp: unknown model 'mlpp'; "
                                                                      "did you mean 'mlp'?"),
+    (["train", "--env_name", "CartPole-v1", "--set", "budget=-3"], "--set budget: budget.env_steps: expected a "
+                                                                   "positive whole number"),
+    (["train", "--env_name", "CartPole-v1", "--set", "budget=100", "--budget", "200"], "disagree; give one of them"),
 ])
 def test_bad_train_flags_are_one_line(argv, expected):
     args = build_parser(argv).parse_args(argv)

@@ -170,20 +170,34 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
     agent, model = _agent_and_model(args, out)
     fixed = _fixed_from_flags(args, agent=agent, model=model)
     fixed.update(dict(parse_override(item) for item in args.overrides))
+    budget = _budget(args, fixed)
     if args.config:
         from pathlib import Path
 
         spec = export.load(Path(args.config), overrides=fixed)
         changes = {k: v for k, v in (("env", args.env_name), ("trainable", args.agent_name and agent)) if v}
-        return spec.with_overrides(**changes, budget_env_steps=args.budget or spec.budget_env_steps,
+        return spec.with_overrides(**changes, budget_env_steps=budget or spec.budget_env_steps,
                                    plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
     if not args.env_name:
         raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
     _check_names(agent=agent, env=args.env_name)
-    raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": args.budget or DEFAULT_BUDGET},
+    raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": budget or DEFAULT_BUDGET},
            "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
     name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
     return build_spec(raw, name=name, source="tune-rl train")
+
+
+def _budget(args: argparse.Namespace, fixed: dict[str, Any]) -> int | None:
+    """--budget, or `--set budget=N` (as search takes it; taken out of `fixed`); None for the default."""
+    from tune_runner.spec.experiment import budget_steps
+
+    sets = [fixed.pop(key) for key in ("budget", "budget.env_steps") if key in fixed]
+    if not sets:
+        return args.budget
+    steps = budget_steps({"env_steps": sets[-1]}, "--set budget")
+    if args.budget is not None and args.budget != steps:
+        raise UserError(f"--set budget={sets[-1]} and --budget {args.budget} disagree; give one of them")
+    return steps
 
 
 def _check_names(*, agent: str, env: str) -> None:
