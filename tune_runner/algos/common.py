@@ -270,6 +270,7 @@ class VecEnv:
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"observations must be a Box (or a Dict of a Box and an action_mask), got {space}")
         self.obs_dim = int(np.prod(space.shape))
+        self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype  # kept flat; a CNN views them as images
         self.actions = ActionSpace.of(env.single_action_space)
         self.num_actions = self.actions.size  # Discrete: actions to choose from; Box: numbers in one action
         self.resetting = np.zeros(self.num_envs, dtype=bool)

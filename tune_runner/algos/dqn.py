@@ -108,7 +108,7 @@ class DQN(SeedLearnerBase):
                              f"{env.num_actions} number(s); use ppo for continuous actions")
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
-                                         device=self.device)
+                                         device=self.device, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
         self.optimizer = batched.SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.buffer = SeedReplay(self.num_seeds, config.capacity, prioritized=config.prioritized, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),

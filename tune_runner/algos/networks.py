@@ -78,6 +78,72 @@ class MLP(Model):
         return self.net(obs)
 
 
+class CNN(Model):
+    """A small convolutional encoder for image observations, then a hidden layer and the outputs.
+
+    Flat observations come in (our learners keep every observation flat) and are viewed as `obs_shape`,
+    channels last (H, W, C) when the last dimension is the smaller end, else channels first (C, H, W).
+    Inputs under 36 pixels a side get MinAtar's network (one 3x3 convolution of 16 channels, a hidden layer
+    of 128: Young and Tian 2019); larger ones the Nature DQN's (8x8/4 32, 4x4/2 64, 3x3/1 64, hidden 512).
+    Our PPO and DQN build it themselves for image-shaped Box observations (`image_model`), filling in
+    `obs_shape` and `input_scale` (1/255 for uint8 pixels); `model: cnn` with its options picks it by name.
+    """
+
+    @staticmethod
+    def add_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--obs_shape", type=int, nargs="+", default=None,
+                            help="the observation's shape, (H, W, C) or (C, H, W); our learners fill it in")
+        parser.add_argument("--input_scale", type=float, default=1.0, help="observations are multiplied by it")
+        parser.add_argument("--hidden", type=int, default=0, help="hidden layer size (0: 128 small, 512 large)")
+
+    def __init__(self, num_inputs: int, num_outputs: int, args: argparse.Namespace) -> None:
+        super().__init__(num_inputs, num_outputs, args)
+        shape = tuple(args.obs_shape or ())
+        if len(shape) != 3 or int(np.prod(shape)) != num_inputs:
+            raise ValueError(f"model cnn needs obs_shape of 3 numbers whose product is the observation size "
+                             f"{num_inputs}, got obs_shape={list(shape)}")
+        self.channels_last = shape[-1] < shape[0]
+        channels, height, width = (shape[2], shape[0], shape[1]) if self.channels_last else shape
+        self.shape, self.scale = shape, float(args.input_scale)
+        if min(height, width) < 36:  # MinAtar
+            conv = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU())
+            hidden = args.hidden or 128
+        else:  # Nature DQN
+            conv = nn.Sequential(nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2),
+                                 nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU())
+            hidden = args.hidden or 512
+        with torch.no_grad():
+            features = conv(torch.zeros(1, channels, height, width)).numel()
+        self.conv = conv
+        self.head = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, num_outputs))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        images = obs.reshape(*obs.shape[:-1], *self.shape) * self.scale
+        lead = images.shape[:-3]
+        images = images.reshape(-1, *self.shape)
+        if self.channels_last:
+            images = images.permute(0, 3, 1, 2)
+        out = self.head(self.conv(images).flatten(1))
+        return out.reshape(*lead, out.shape[-1])
+
+
+def is_image(shape: tuple[int, ...]) -> bool:
+    """A 3-D observation with a channel axis (at most 16) at one end and sides of at least 4: an image."""
+    return len(shape) == 3 and min(shape[0], shape[-1]) <= 16 and sorted(shape)[1] >= 4
+
+
+def image_model(name: str, model_config: Mapping[str, Any], *, obs_shape: tuple[int, ...],
+                obs_dtype: Any) -> tuple[str, dict[str, Any]]:
+    """The network our learners build: the built-in mlp becomes `cnn` for image observations, and `cnn` gets
+    the observation's shape and scale (uint8 pixels: 1/255) unless its model_config gives them."""
+    if name == BUILT_IN and is_image(tuple(obs_shape)):
+        name = "cnn"
+    if name != "cnn":
+        return name, dict(model_config)
+    scale = 1 / 255 if np.dtype(obs_dtype) == np.uint8 else 1.0
+    return name, {"obs_shape": list(obs_shape), "input_scale": scale, **model_config}
+
+
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
     """ValueError naming the problem when `name` is not a registered model or `model_config` does not fit it."""
     if name not in MODELS:

@@ -41,7 +41,7 @@ from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, mlp, scheduled, split_obs, to_tensor
 from tune_runner.algos.config import PPO_ACTION_SPACES, PPOConfig
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
-from tune_runner.algos.networks import BUILT_IN, build_model
+from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.seeds import (
     SeedStats,
@@ -181,22 +181,23 @@ class PPO(SeedLearnerBase):
     def _networks(self) -> tuple[nn.Module, nn.Module]:
         """Each seed's policy and value networks, initialised as a one-seed learner with its seed does; batched."""
         c, env, pairs = self.config, self.env, []
+        model, model_config = image_model(c.model, c.model_config, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
         for seed in self.seeds:
             with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
                 torch.manual_seed(seed)
-                if c.model == BUILT_IN:
+                if model == BUILT_IN:
                     sizes = [env.obs_dim, *c.fcnet_hiddens]
                     pair = (init_layers(mlp([*sizes, env.num_actions], c.fcnet_activation), out_gain=0.01),
                             init_layers(mlp([*sizes, 1], c.fcnet_activation), out_gain=1.0))
                 else:
-                    pair = tuple(build_model(c.model, num_inputs=env.obs_dim, num_outputs=n,
-                                             model_config=c.model_config) for n in (env.num_actions, 1))
+                    pair = tuple(build_model(model, num_inputs=env.obs_dim, num_outputs=n,
+                                             model_config=model_config) for n in (env.num_actions, 1))
             pairs.append([net.to(self.device) for net in pair])
         pis, vfs = zip(*pairs, strict=True)
-        if c.model == BUILT_IN:
+        if model == BUILT_IN:
             return batched.BatchedMLP(pis), batched.BatchedMLP(vfs)
-        return (batched.StackedModule(pis, num_inputs=env.obs_dim, name=c.model),
-                batched.StackedModule(vfs, num_inputs=env.obs_dim, name=c.model))
+        return (batched.StackedModule(pis, num_inputs=env.obs_dim, name=model),
+                batched.StackedModule(vfs, num_inputs=env.obs_dim, name=model))
 
     # ---- acting -------------------------------------------------------------------------------
 

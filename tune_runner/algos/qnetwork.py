@@ -16,7 +16,7 @@ from torch import nn
 
 from tune_runner.algos import batched
 from tune_runner.algos.common import mlp
-from tune_runner.algos.networks import BUILT_IN, build_model
+from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 
 
 class QNetwork(nn.Module):
@@ -80,28 +80,30 @@ class BatchedQNetwork(nn.Module):
             net.load_seed_state(seed, {key: state[self._key(part, key)] for key in net.keys})
 
 
-def q_networks(config: Any, *, obs_dim: int, num_actions: int, seeds: Sequence[int],
-               device: torch.device) -> tuple[nn.Module, nn.Module]:
+def q_networks(config: Any, *, obs_dim: int, num_actions: int, seeds: Sequence[int], device: torch.device,
+               obs_shape: tuple[int, ...] | None = None, obs_dtype: Any = None) -> tuple[nn.Module, nn.Module]:
     """(Q, target) networks: each seed's, initialised as a one-seed learner with its seed does, as one batched
-    model each; the target starts as a copy of Q and takes no gradient."""
+    model each; the target starts as a copy of Q and takes no gradient. Image observations (`obs_shape`) get
+    our CNN in place of the built-in mlp (networks.image_model)."""
+    model, model_config = image_model(config.model, config.model_config, obs_shape=obs_shape or (obs_dim,),
+                                      obs_dtype=obs_dtype or "float32")
     nets = []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
             torch.manual_seed(seed)
-            if config.model == BUILT_IN:
+            if model == BUILT_IN:
                 net = QNetwork(obs_dim=obs_dim, num_actions=num_actions, hiddens=config.fcnet_hiddens,
                                activation=config.fcnet_activation, dueling=config.dueling)
             else:
-                net = build_model(config.model, num_inputs=obs_dim, num_outputs=num_actions,
-                                  model_config=config.model_config)
+                net = build_model(model, num_inputs=obs_dim, num_outputs=num_actions, model_config=model_config)
         nets.append(net.to(device))
     # Copies of the one-seed nets, not of the batched model: a BatchedMLP's forward steps hold its own
     # parameters, so a deep copy of it would still compute with the original's.
     copies = [copy.deepcopy(net) for net in nets]
-    if config.model == BUILT_IN:
+    if model == BUILT_IN:
         return BatchedQNetwork(nets), BatchedQNetwork(copies).requires_grad_(False)
-    return (batched.StackedModule(nets, num_inputs=obs_dim, name=config.model),
-            batched.StackedModule(copies, num_inputs=obs_dim, name=config.model).requires_grad_(False))
+    return (batched.StackedModule(nets, num_inputs=obs_dim, name=model),
+            batched.StackedModule(copies, num_inputs=obs_dim, name=model).requires_grad_(False))
 
 
 def dqn_targets(*, rewards: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor,

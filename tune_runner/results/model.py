@@ -11,6 +11,7 @@ Logging it to a run is tune_runner.tracking.model's (every MLflow write is in tr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,16 @@ from tune_runner.trainables.own import learner_classes
 from tune_runner.trainables.trial import learner_settings
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
+
+
+class NotExportable(Exception):
+    """A policy the plain-MLP model cannot hold (a CNN for image observations); the message says why."""
+
+
+def uses_cnn(state: Any) -> bool:
+    """Whether a learner state's networks are our CNN (image observations), not the built-in mlp."""
+    nets = [state.get(name) for name in ("pi", "q")]
+    return any(isinstance(net, Mapping) and any(str(key).startswith("conv.") for key in net) for net in nets)
 
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
@@ -56,6 +67,9 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
     state = checkpoints.policy_seed(checkpoints.read(checkpoint)["learner"])[0]
+    if uses_cnn(state):
+        raise NotExportable("a CNN policy for image observations; the logged model holds an MLP: use tune-rl "
+                            "evaluate or load_policy on the checkpoint")
     sizes, layers, activation = policy_layers(learner, state, config)
     box = state.get("action_space")  # ppo on Box actions: the bounds the mean is clipped to
     extra = {} if box is None else {"action_low": np.asarray(box["low"]).tolist(),

@@ -31,6 +31,7 @@ from tune_runner.algos.common import ActionSpace, masked_logits, split_obs, to_t
 from tune_runner.algos.normalize import normalized
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
+from tune_runner.results.model import uses_cnn
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 
@@ -227,7 +228,8 @@ def _own(checkpoint: Path) -> OwnPolicy:
     state = checkpoints.learner_state(checkpoint, fix="damaged or cut short: pass another of the trial's "
                                       "checkpoint_NNNNNN folders")
     learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
-    if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp":
+    # A registered model or our CNN (image observations): the learner rebuilds its networks.
+    if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp" or uses_cnn(state):
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
     return OwnPolicy(net, obs_dim=obs_dim, box=box_actions(state, where=checkpoint),

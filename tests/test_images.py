@@ -1,0 +1,153 @@
+"""Image observations (issue 18): our PPO and DQN build a CNN for image-shaped Box observations (MinAtar's net for
+small images, the Nature DQN's for large ones), train it for K seeds through vmap as they would alone, learn a
+task that only a look at the image solves, and a loaded policy acts as the learner did."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from tests.test_algos import small_dqn, small_ppo
+from tune_runner.algos import DQN, PPO, PPOConfig
+from tune_runner.algos.networks import CNN, image_model, is_image
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+SPOT, PIXELS = "TuneRlSpotTest-v0", "TuneRlPixelsTest-v0"
+
+
+class Spot(gym.Env):
+    """MinAtar-shaped observations (10, 10, 4), bool: one lit cell in channel 0; action 0 pays 1 when it lies in
+    the left half, action 1 when in the right half. 20 steps an episode: a random policy earns about 10."""
+
+    observation_space = gym.spaces.Box(0, 1, (10, 10, 4), bool)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def _draw(self) -> np.ndarray:
+        self.col = int(self.np_random.integers(10))
+        obs = np.zeros((10, 10, 4), bool)
+        obs[int(self.np_random.integers(10)), self.col, 0] = True
+        return obs
+
+    def step(self, action):
+        reward = float(int(action) == int(self.col >= 5))
+        self.t += 1
+        return self._draw(), reward, False, self.t >= 20, {}
+
+
+class Pixels(gym.Env):
+    """Atari-like frames, uint8 (4, 40, 40) channels first; any action, reward 0."""
+
+    observation_space = gym.spaces.Box(0, 255, (4, 40, 40), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+for _id, _entry in ((SPOT, Spot), (PIXELS, Pixels)):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_entry, max_episode_steps=20)
+
+
+def test_image_shapes_are_told_from_vectors_and_get_the_cnn_with_their_scale():
+    assert is_image((10, 10, 4)) and is_image((4, 84, 84)) and is_image((84, 84, 1))
+    assert not is_image((4,)) and not is_image((3, 2, 5)) and not is_image((32, 32, 32))
+    assert image_model("mlp", {}, obs_shape=(4,), obs_dtype=np.float32) == ("mlp", {})
+    assert image_model("mlp", {}, obs_shape=(4, 84, 84), obs_dtype=np.uint8) == \
+        ("cnn", {"obs_shape": [4, 84, 84], "input_scale": 1 / 255})
+    assert image_model("cnn", {"hidden": 64}, obs_shape=(10, 10, 4), obs_dtype=bool)[1]["hidden"] == 64
+
+
+def test_the_cnn_shapes_on_minatar_and_atari_sized_observations():
+    from tune_runner.algos.networks import build_model
+
+    small = build_model("cnn", num_inputs=400, num_outputs=6, model_config={"obs_shape": [10, 10, 4]})
+    assert small.channels_last and small.conv[0].in_channels == 4 and small.conv[0].out_channels == 16
+    assert small.head[0].in_features == 16 * 8 * 8 and small.head[0].out_features == 128
+    assert small(torch.zeros(5, 400)).shape == (5, 6) and small(torch.zeros(2, 5, 400)).shape == (2, 5, 6)
+    # channels last: a lit cell of channel 0 at (row 2, column 7) reaches the convolution as [channel, row, col]
+    obs = np.zeros((10, 10, 4), np.float32)
+    obs[2, 7, 0] = 1.0
+    seen = []
+    small.conv[0].register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    small(torch.tensor(obs.reshape(1, -1)))
+    assert seen[0].shape == (1, 4, 10, 10) and seen[0][0, 0, 2, 7] == 1.0 and seen[0].sum() == 1.0
+    large = build_model("cnn", num_inputs=4 * 40 * 40, num_outputs=3,
+                        model_config={"obs_shape": [4, 40, 40], "input_scale": 1 / 255})
+    assert not large.channels_last and len(large.conv) == 6 and large.head[0].out_features == 512
+    assert large(torch.full((3, 6400), 255.0)).shape == (3, 3)
+    with pytest.raises(ValueError, match="obs_shape of 3 numbers whose product is the observation size 400"):
+        build_model("cnn", num_inputs=400, num_outputs=2, model_config={"obs_shape": [10, 10]})
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_our_learners_build_the_cnn_for_images_and_keep_the_mlp_otherwise(algo):
+    make = (lambda env, **kw: PPO(small_ppo(**kw), env_id=env)) if algo == "ppo" else \
+        (lambda env, **kw: DQN(small_dqn(**kw), env_id=env))
+    learner = make(SPOT)
+    net = learner.pi if algo == "ppo" else learner.q
+    assert isinstance(net.module, CNN) and net.module.shape == (10, 10, 4)
+    pixels = make(PIXELS, num_seeds=2)  # two seeds: the CNN through vmap
+    net = pixels.pi if algo == "ppo" else pixels.q
+    out = net(torch.zeros(2, 3, 6400))
+    assert out.shape == (2, 3, 3)
+    if algo == "ppo":  # (DQN's iteration fills a replay first: seconds; StackedModule ran a backward through vmap)
+        pixels.train_iteration()
+    assert not isinstance(getattr(make("CartPole-v1"), "pi" if algo == "ppo" else "q"), type(net))
+
+
+def test_two_image_seeds_train_as_they_would_alone():
+    config = {**vars(small_ppo(seed=8, minibatch_size=64, train_batch_size=128)), "num_envs_per_env_runner": 2}
+    del config["num_seeds"]
+    together = PPO(PPOConfig.from_dict({**config, "num_seeds": 2}), env_id=SPOT)
+    alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id=SPOT) for s in together.seeds]
+    for _ in range(2):
+        result = together.train_iteration()
+        for i, learner in enumerate(alone):
+            assert result[f"seed_{i}/policy_loss"] == pytest.approx(learner.train_iteration()["policy_loss"],
+                                                                    rel=1e-3, abs=1e-6)
+    ours = together.get_weights()
+    for i, learner in enumerate(alone):
+        theirs = learner.get_weights()
+        worst = max(float(np.abs(ours[net][key][i] - theirs[net][key]).max()) for net in theirs for key in theirs[net])
+        assert worst <= 1e-5, f"seed {i} differs from its run alone by {worst}"
+
+
+@pytest.mark.e2e  # trains for about 6 s
+def test_ppo_learns_where_the_lit_cell_is():
+    learner = PPO(small_ppo(seed=1, lr=3e-3, train_batch_size=1024, minibatch_size=256, num_epochs=4,
+                            num_envs_per_env_runner=8, metrics_num_episodes_for_smoothing=40), env_id=SPOT)
+    first = learner.train_iteration()["episode_return_mean"]
+    assert 6 < first < 14  # a coin flip a step
+    while learner.env_steps < 13_000:
+        result = learner.train_iteration()
+    assert result["episode_return_mean"] > 17, (first, result["episode_return_mean"])
+
+
+def test_a_loaded_image_policy_acts_as_the_learner_and_the_mlflow_model_is_not_claimed(tmp_path):
+    from tests.test_policy import write_trial
+    from tune_runner.results import model
+    from tune_runner.results.policy import load_policy
+    from tune_runner.trainables.agents import build_learner
+
+    config = {"env": SPOT, "env_config": {}, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 256,
+              "minibatch_size": 64, "num_epochs": 2, "seed": 5}
+    learner = build_learner("ppo", config)
+    learner.train_iteration()
+    checkpoint = write_trial(tmp_path / "exp" / "OwnPPO_spot_00000", learner, config)
+    obs = np.stack([Spot().reset(seed=s)[0] for s in range(64)])
+    policy = load_policy(checkpoint)
+    np.testing.assert_array_equal(policy.compute_actions(obs), learner.compute_actions(obs))
+    with pytest.raises(model.NotExportable, match="a CNN"):
+        model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "policy")
