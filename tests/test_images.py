@@ -151,3 +151,25 @@ def test_a_loaded_image_policy_acts_as_the_learner_and_the_mlflow_model_is_not_c
     np.testing.assert_array_equal(policy.compute_actions(obs), learner.compute_actions(obs))
     with pytest.raises(model.NotExportable, match="a CNN"):
         model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "policy")
+
+
+def test_minatar_breakout_registers_itself_and_trains_through_the_cnn():
+    from tune_runner.search.preflight import unknown_env
+
+    assert unknown_env("MinAtar/Breakout-v1") is None  # registered on first use (the minatar test extra)
+    learner = PPO(small_ppo(seed=2, train_batch_size=256, num_envs_per_env_runner=4), env_id="MinAtar/Breakout-v1")
+    assert isinstance(learner.pi.module, CNN) and learner.pi.module.shape == (10, 10, 4)
+    assert learner.pi.module.conv[0].in_channels == 4 and learner.env.num_actions == 3  # v1: the minimal set
+    result = learner.train_iteration()
+    assert result["env_steps"] > 200 and np.isfinite(result["policy_loss"])  # autoreset steps are not steps
+    obs = learner.env.envs[0].env.envs[0].unwrapped.game.state()[None]
+    assert learner.compute_actions(obs).shape == (1,)
+
+
+def test_an_env_family_whose_package_is_missing_is_named_with_its_pip_line(monkeypatch):
+    from tune_runner import plugins
+    from tune_runner.search.preflight import unknown_env
+
+    monkeypatch.setitem(plugins.NAMESPACES, "Nowhere/", ("tune_rl_no_such_module", "register", "no-such-games"))
+    assert unknown_env("Nowhere/Thing-v0") == "Nowhere/Thing-v0 needs the no-such-games package: " \
+                                              "pip install no-such-games"

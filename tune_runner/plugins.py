@@ -66,6 +66,25 @@ AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
 
 
+# Env families that register with gymnasium only when asked: their id prefix -> (module, its register function,
+# the package to install).
+NAMESPACES = {"MinAtar/": ("minatar.gym", "register_envs", "minatar")}
+
+
+def register_namespace(env_id: str) -> str | None:
+    """Register the family of `env_id` (MinAtar/...) with gymnasium if it has one; a one-line reason with the
+    `pip install` line when its package is missing, else None."""
+    import gymnasium as gym
+
+    for prefix, (module, function, package) in NAMESPACES.items():
+        if env_id.startswith(prefix) and env_id not in gym.registry:
+            try:
+                getattr(importlib.import_module(module), function)()
+            except ImportError:
+                return f"{env_id} needs the {package} package: pip install {package}"
+    return None
+
+
 def ensure_gym_id(env_id: str) -> bool:
     """Make `env_id` a gymnasium id in this process; False when neither gymnasium nor Ray Tune knows it.
 
@@ -74,6 +93,9 @@ def ensure_gym_id(env_id: str) -> bool:
     """
     import gymnasium as gym
 
+    if env_id in gym.registry:
+        return True
+    register_namespace(env_id)
     if env_id in gym.registry:
         return True
     load_plugins()

@@ -48,7 +48,11 @@ def unknown_env(name: str) -> str | None:
     import gymnasium
 
     from tune_runner.env_registry import ray_env_creator
+    from tune_runner.plugins import register_namespace
 
+    missing = register_namespace(name)
+    if missing:
+        return missing
     if name in gymnasium.envs.registry or ray_env_creator(name) is not None:
         return None
     return unknown_name("environment", name, gymnasium.envs.registry)
