@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.test_algos import small_dqn, small_ppo
+from tests.test_seeds_ppo import weights_close
 from tune_runner.algos import DQN, PPO, PPOConfig
 from tune_runner.algos.networks import CNN, image_model, is_image
 
@@ -117,11 +118,8 @@ def test_two_image_seeds_train_as_they_would_alone():
         for i, learner in enumerate(alone):
             assert result[f"seed_{i}/policy_loss"] == pytest.approx(learner.train_iteration()["policy_loss"],
                                                                     rel=1e-3, abs=1e-6)
-    ours = together.get_weights()
     for i, learner in enumerate(alone):
-        theirs = learner.get_weights()
-        worst = max(float(np.abs(ours[net][key][i] - theirs[net][key]).max()) for net in theirs for key in theirs[net])
-        assert worst <= 1e-5, f"seed {i} differs from its run alone by {worst}"
+        weights_close(together, i, learner)  # tests/test_seeds_ppo.py: at most 1e-5 apart
 
 
 @pytest.mark.e2e  # trains for about 6 s
