@@ -19,8 +19,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tune_runner.algos.config import OBSERVATION_FILTERS  # noqa: F401 - the names, beside their meaning
-
 CLIP = 10.0
 EPSILON = 1e-8
 
@@ -99,14 +97,33 @@ def normalized(obs: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray
     return np.clip((obs - mean) / np.sqrt(var + EPSILON), -CLIP, CLIP).astype(np.float32)
 
 
-class ObsFilter:
+class Tracked:
+    """Running statistics a learner keeps, saves under `key` (its state and weights), turns on with the config
+    setting `setting`, and gets from a rollout worker's batch under `moments`."""
+
+    key: str
+    setting: str
+    moments: str
+
+    def __init__(self, stats: RunningMeanStd) -> None:
+        self.stats = stats
+        self._seen: list[Moments] = []
+
+    def take(self) -> Moments | None:
+        """The moments of every sample added since the last call, as one batch (None if none)."""
+        seen, self._seen = self._seen, []
+        return combined(seen)
+
+
+class ObsFilter(Tracked):
     """MeanStdFilter for K seeds: `__call__` normalizes [K * n, size] observations (seed-major rows), updating
-    the statistics first when asked; `pending` holds the moments of the raw observations since `take`."""
+    the statistics first when asked; `take` gives the moments of the raw observations added since its last call."""
+
+    key, setting, moments = "obs_filter", "observation_filter", "obs_moments"
 
     def __init__(self, num_seeds: int, size: int) -> None:
-        self.stats = RunningMeanStd(num_seeds, size)
+        super().__init__(RunningMeanStd(num_seeds, size))
         self.num_seeds = num_seeds
-        self._seen: list[Moments] = []
 
     def __call__(self, obs: np.ndarray, *, update: bool) -> np.ndarray:
         by_seed = obs.reshape(self.num_seeds, -1, obs.shape[-1])
@@ -115,20 +132,17 @@ class ObsFilter:
         out = normalized(by_seed, self.stats.mean[:, None], self.stats.var[:, None])
         return out.reshape(obs.shape)
 
-    def take(self) -> Moments | None:
-        """The moments of every raw observation added since the last call, as one batch (None if none)."""
-        seen, self._seen = self._seen, []
-        return combined(seen)
 
+class RewardScaler(Tracked):
+    """VecNormalize's reward scaling for K seeds of n envs each: rewards / std(discounted return), clipped; `take`
+    gives the moments of the discounted returns added since its last call."""
 
-class RewardScaler:
-    """VecNormalize's reward scaling for K seeds of n envs each: rewards / std(discounted return), clipped."""
+    key, setting, moments = "reward_scaler", "normalize_rewards", "reward_moments"
 
     def __init__(self, num_seeds: int, envs_per_seed: int, *, gamma: float) -> None:
-        self.stats = RunningMeanStd(num_seeds, 1)
+        super().__init__(RunningMeanStd(num_seeds, 1))
         self.returns = np.zeros((num_seeds, envs_per_seed))
         self.gamma, self.num_seeds = gamma, num_seeds
-        self._seen: list[Moments] = []
 
     def __call__(self, rewards: np.ndarray, *, valid: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Scaled [K * n] rewards of one vector step; the autoreset steps (not `valid`) add nothing."""
@@ -139,8 +153,3 @@ class RewardScaler:
         scaled = np.clip(rewards_k / self.stats.std()[:, :1], -CLIP, CLIP)
         self.returns[done.reshape(shape) & valid_k] = 0.0
         return scaled.reshape(rewards.shape).astype(np.float32)
-
-    def take(self) -> Moments | None:
-        """The moments of every discounted return added since the last call, as one batch (None if none)."""
-        seen, self._seen = self._seen, []
-        return combined(seen)

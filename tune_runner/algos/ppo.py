@@ -174,6 +174,7 @@ class PPO(SeedLearnerBase):
             if config.observation_filter == "MeanStdFilter" else None
         self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=config.gamma) \
             if config.normalize_rewards else None
+        self.normalizers = [kept for kept in (self.obs_filter, self.reward_scaler) if kept is not None]
         self.stats = SeedStats(self.num_seeds, self.env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._buffers: dict[str, np.ndarray] = {}
@@ -376,22 +377,19 @@ class PPO(SeedLearnerBase):
         if self.continuous:
             actions = self.env.actions
             state["action_space"] = {"low": actions.low.copy(), "high": actions.high.copy(), "shape": actions.shape}
-        if self.obs_filter is not None:
-            state["obs_filter"] = self.obs_filter.stats.get_state(seed)
+        for kept in self.normalizers:
+            state[kept.key] = kept.stats.get_state(seed)
         if self.reward_scaler is not None:
-            state["reward_scaler"] = {**self.reward_scaler.stats.get_state(seed),
-                                      "returns": self.reward_scaler.returns[seed].copy()}
+            state["reward_scaler"]["returns"] = self.reward_scaler.returns[seed].copy()
         return state
 
     def set_seed_state(self, seed: int, state: Mapping[str, Any]) -> bool:
         exact = super().set_seed_state(seed, state)
-        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
-            if kept is None:
-                continue
-            if name not in state:
-                raise ValueError(f"the learner state holds no {name} statistics, and this config normalizes "
-                                 f"({'observation_filter' if name == 'obs_filter' else 'normalize_rewards'} is on)")
-            kept.stats.set_state(seed, state[name])
+        for kept in self.normalizers:
+            if kept.key not in state:
+                raise ValueError(f"the learner state holds no {kept.key} statistics, and this config normalizes "
+                                 f"({kept.setting} is on)")
+            kept.stats.set_state(seed, state[kept.key])
         if self.reward_scaler is not None:
             returns = state["reward_scaler"]["returns"]
             self.reward_scaler.returns[seed] = returns if exact and len(returns) == self.env.envs_per_seed else 0.0
@@ -400,23 +398,21 @@ class PPO(SeedLearnerBase):
     def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
         """The networks, and the normalization statistics a rollout worker acts with."""
         weights = super().get_weights()
-        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
-            if kept is not None:
-                weights[name] = kept.stats.to_arrays()
+        for kept in self.normalizers:
+            weights[kept.key] = kept.stats.to_arrays()
         return weights
 
     def set_weights(self, weights: Mapping[str, Mapping[str, Any]]) -> None:
         super().set_weights(weights)
-        for name, kept in (("obs_filter", self.obs_filter), ("reward_scaler", self.reward_scaler)):
-            if kept is not None:
-                kept.stats.load_arrays(weights[name])
+        for kept in self.normalizers:
+            kept.stats.load_arrays(weights[kept.key])
 
     def count_batch(self, batch: Mapping[str, Any]) -> None:
         """A rollout worker's batch into the env steps and episodes, and what it saw into the statistics."""
         super().count_batch(batch)
-        for key, kept in (("obs_moments", self.obs_filter), ("reward_moments", self.reward_scaler)):
-            if kept is not None and batch.get(key) is not None:
-                kept.stats.merge(batch[key])
+        for kept in self.normalizers:
+            if batch.get(kept.moments) is not None:
+                kept.stats.merge(batch[kept.moments])
 
     def train_iteration(self, source: Sampler | None = None) -> dict[str, float]:
         """The lr from its schedule, train_batch_size env steps per seed (own envs, or `source`'s), learn; our
