@@ -118,9 +118,8 @@ class CNN(Model):
         self.head = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, num_outputs))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        images = obs.reshape(*obs.shape[:-1], *self.shape) * self.scale
-        lead = images.shape[:-3]
-        images = images.reshape(-1, *self.shape)
+        lead = obs.shape[:-1]
+        images = obs.reshape(-1, *self.shape) * self.scale
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)
         out = self.head(self.conv(images).flatten(1))
