@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in paths.shipped("search_spaces").glob("*.yaml"))
 # Fewer trials than shipped where the space is slow; everything else as shipped.
-NUM_SAMPLES = {"dqn_small": None, "curriculum": 2, "masked_choice": 2, "ppo_pendulum": 3}
+NUM_SAMPLES = {"dqn_small": None, "curriculum": 2, "masked_choice": 2, "ppo_pendulum": 2}
 
 
 def finished_search(home: Path, name: str) -> tuple[list, dict]:
@@ -54,12 +54,14 @@ def parent_run(home: Path, space: str):
 
 
 def solved(bundle: dict) -> None:
-    """The exported config reached stop_at in the search and on every re-evaluation seed."""
+    """The exported config reached stop_at on every re-evaluation seed, and its score (their IQM) is at least
+    stop_at. Its search trial need not have: the scheduler may have stopped it early, and the re-evaluation is
+    what picks the winner (results.robust.winner_best)."""
     stop_at = bundle["stop_at"]
     assert stop_at is not None
-    assert bundle["result"][bundle["metric"]] >= stop_at, bundle["result"]
     evaluation = bundle["evaluation"]
     assert len(evaluation["solved"]) >= 2 and all(evaluation["solved"]), evaluation["summary"]
+    assert bundle["result"]["score"] >= stop_at and bundle["result"]["scope"].startswith("reevaluated"), bundle["result"]
 
 
 def test_every_shipped_space_has_a_test_here():
@@ -130,7 +132,7 @@ def test_shipped_masked_choice_space_learns_to_pick_the_best_allowed_action(ray_
 
 
 def test_shipped_pendulum_space_solves_and_its_policy_acts_in_the_box(ray_session, cli, _isolated_home, tmp_path):
-    """ppo_pendulum.yaml (Box actions): a config that reaches -250 in the search and on fresh seeds, whose
+    """ppo_pendulum.yaml (Box actions): a config that reaches -250 on fresh seeds, whose
     exported policy evaluates near that and whose MLflow model, loaded by MLflow alone, acts as load_policy does."""
     from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env
     from tune_runner.results.evaluate import evaluate
