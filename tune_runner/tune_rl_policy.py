@@ -7,7 +7,9 @@ The model's data folder holds `policy.json` (layer sizes and activation) and `po
 weights): a plain MLP whose argmax is the greedy action of the trial's PPO policy or DQN
 Q-network (a dueling head is folded into one linear layer when it is exported). For PPO on a
 Box action space the spec also holds `action_low`, `action_high` and `action_shape`: the MLP's
-output is the Gaussian's mean, clipped to those bounds as the env got it in training. A policy
+output is the Gaussian's mean, clipped to those bounds as the env got it in training. On a MultiDiscrete
+(or MultiBinary) action space it holds `action_nvec`, `action_shape` and `action_dtype`: the MLP's output is
+one segment of logits per number, and each number is its segment's argmax. A policy
 trained with `observation_filter: MeanStdFilter` holds `obs_mean` and `obs_var`, and each
 observation is first scaled as in training: (obs - mean) / sqrt(var + 1e-8), clipped to +-10.
 """
@@ -57,7 +59,8 @@ class Policy:
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
         """Actions for a batch of observations [batch, obs_dim] (a DataFrame works too): int64 [batch] for
-        Discrete actions, float32 [batch, *action_shape] for Box actions."""
+        Discrete actions, float32 [batch, *action_shape] for Box actions, [batch, *action_shape] of the space's
+        dtype for MultiDiscrete ones."""
         obs = np.array(getattr(model_input, "values", model_input), dtype=np.float32)  # a copy torch may own
         obs = obs.reshape(-1, self.spec["sizes"][0])
         if "obs_mean" in self.spec:
@@ -65,6 +68,10 @@ class Policy:
             obs = np.clip((obs - mean) / np.sqrt(var + 1e-8), -10.0, 10.0).astype(np.float32)
         with torch.no_grad():
             out = self.net(torch.from_numpy(obs)).numpy()
+        if "action_nvec" in self.spec:
+            bounds = np.cumsum([0, *self.spec["action_nvec"]])
+            picks = np.stack([out[:, a:b].argmax(-1) for a, b in zip(bounds[:-1], bounds[1:], strict=True)], axis=-1)
+            return picks.astype(self.spec["action_dtype"]).reshape(len(out), *self.spec["action_shape"])
         if "action_low" not in self.spec:
             return out.argmax(-1).astype(np.int64)
         low, high = (np.asarray(self.spec[key], dtype=np.float32) for key in ("action_low", "action_high"))

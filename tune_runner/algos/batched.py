@@ -329,7 +329,7 @@ class SeedEnvs:
         self.num_seeds, self.envs_per_seed = len(self.envs), first.num_envs
         self.num_envs = self.num_seeds * self.envs_per_seed
         self.obs_dim, self.num_actions, self.masked = first.obs_dim, first.num_actions, first.masked
-        self.actions, self.continuous = first.actions, first.continuous
+        self.actions, self.continuous, self.nvec = first.actions, first.continuous, first.actions.nvec
         self.obs_shape, self.obs_dtype = first.obs_shape, first.obs_dtype
 
     def _joined(self, name: str) -> Any:

@@ -14,7 +14,7 @@ import math
 import pickle
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -219,37 +219,88 @@ def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
 
 @dataclass(frozen=True)
 class ActionSpace:
-    """What our learners need of an env's action space: `Discrete(n)` from 0 (choose one of `size`), or a
-    bounded or unbounded `Box` (`size` numbers per action, flat; `low`/`high` as float32 [size])."""
+    """What our learners need of an env's action space: `Discrete(n)` from 0 (choose one of `size`); a
+    `MultiDiscrete` or `MultiBinary` one (`nvec`: one choice of nvec[i] per number, `size` = sum(nvec) logits,
+    `shape` the space's own); or a bounded or unbounded `Box` (`size` numbers per action, flat; `low`/`high` as
+    float32 [size])."""
 
     continuous: bool
     size: int
     shape: tuple[int, ...] = ()
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+    nvec: tuple[int, ...] = ()
+    dtype: str = "int64"
 
     @classmethod
     def of(cls, space: gym.Space) -> ActionSpace:
         """ValueError naming the space when our learners cannot act in it."""
         if isinstance(space, gym.spaces.Discrete) and space.start == 0:
             return cls(continuous=False, size=int(space.n))
+        if isinstance(space, gym.spaces.MultiBinary):
+            return cls.multi((2,) * int(np.prod(space.shape)), shape=tuple(space.shape), dtype=str(space.dtype))
+        if isinstance(space, gym.spaces.MultiDiscrete) and not np.any(space.start):
+            return cls.multi(tuple(int(n) for n in np.ravel(space.nvec)), shape=tuple(space.shape),
+                             dtype=str(space.dtype))
         if isinstance(space, gym.spaces.Box) and space.shape and np.issubdtype(space.dtype, np.floating):
             low = np.asarray(space.low, dtype=np.float32).reshape(-1)
             high = np.asarray(space.high, dtype=np.float32).reshape(-1)
             return cls(continuous=True, size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high)
-        raise ValueError(f"our learners need a Discrete action space starting at 0 or a float Box, got {space}")
+        raise ValueError(f"our learners need a Discrete or MultiDiscrete action space starting at 0, a MultiBinary "
+                         f"one or a float Box, got {space}")
+
+    @classmethod
+    def multi(cls, nvec: tuple[int, ...], *, shape: tuple[int, ...], dtype: str = "int64") -> ActionSpace:
+        """A MultiDiscrete (or MultiBinary: every nvec 2) space of `shape`; ValueError for an empty one."""
+        if not nvec or min(nvec) < 1:
+            raise ValueError(f"a MultiDiscrete action space needs at least one number of at least 1 choice, "
+                             f"got nvec {list(nvec)}")
+        return cls(continuous=False, size=sum(nvec), shape=shape, nvec=nvec, dtype=dtype)
+
+    @property
+    def numbers(self) -> int:
+        """How many numbers one action holds: 1 for Discrete, len(nvec) for MultiDiscrete, size for a Box."""
+        return len(self.nvec) if self.nvec else self.size if self.continuous else 1
 
     def clip(self, actions: np.ndarray) -> np.ndarray:
-        """Box actions [batch, size] clipped to the bounds (float32); Discrete ones as they are."""
+        """Box actions [batch, size] clipped to the bounds (float32); discrete ones as they are."""
         if not self.continuous:
             return actions
         return np.clip(actions, self.low, self.high).astype(np.float32, copy=False)
 
     def for_env(self, actions: np.ndarray) -> np.ndarray:
-        """What a gymnasium vector env's step takes: the clipped actions in the space's own shape."""
+        """What a gymnasium vector env's step takes: Box actions clipped, MultiDiscrete ones in the space's own
+        shape and dtype; Discrete ones as they are."""
+        if self.nvec:
+            return actions.reshape(len(actions), *self.shape).astype(self.dtype, copy=False)
         if not self.continuous:
             return actions
         return self.clip(actions).reshape(len(actions), *self.shape)
+
+
+def segments_log_softmax(logits: torch.Tensor, nvec: Sequence[int]) -> torch.Tensor:
+    """log_softmax over the last axis, or, with `nvec`, over each of its segments of nvec[i] logits: each
+    number of a MultiDiscrete action is its own categorical. The entropy, -sum(p log p) over the last axis, is
+    then the sum of the numbers' entropies."""
+    if not nvec:
+        return torch.log_softmax(logits, dim=-1)
+    return torch.cat([torch.log_softmax(part, dim=-1) for part in logits.split(list(nvec), dim=-1)], dim=-1)
+
+
+def segments_argmax(scores: torch.Tensor, nvec: Sequence[int]) -> torch.Tensor:
+    """argmax over the last axis, or, with `nvec`, within each segment: [..., len(nvec)] choices."""
+    if not nvec:
+        return scores.argmax(-1)
+    return torch.stack([part.argmax(-1) for part in scores.split(list(nvec), dim=-1)], dim=-1)
+
+
+def segments_gather(logp_all: torch.Tensor, actions: torch.Tensor, nvec: Sequence[int]) -> torch.Tensor:
+    """The log-probability of each action from `segments_log_softmax`'s output: one choice ([...]), or with
+    `nvec` the sum over the numbers' choices ([..., len(nvec)] actions)."""
+    if not nvec:
+        return logp_all.gather(-1, actions[..., None]).squeeze(-1)
+    offsets = torch.as_tensor(np.cumsum([0, *nvec[:-1]]), dtype=actions.dtype, device=actions.device)
+    return logp_all.gather(-1, actions + offsets).sum(-1)
 
 
 class VecEnv:
@@ -275,6 +326,9 @@ class VecEnv:
         self.num_actions = self.actions.size  # Discrete: actions to choose from; Box: numbers in one action
         self.resetting = np.zeros(self.num_envs, dtype=bool)
         self.obs, self.mask = split_obs(env.reset(seed=seed)[0])
+        if self.actions.nvec and self.mask is not None:
+            raise ValueError(f"our learners mask Discrete actions only; this env masks a "
+                             f"{type(env.single_action_space).__name__} action space")
 
     @property
     def masked(self) -> bool:

@@ -26,7 +26,7 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
 # without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
 ACTION_SPACES = ("Discrete",)  # DQN's
-PPO_ACTION_SPACES = ("Discrete", "Box")  # a Box: a diagonal Gaussian policy (tune_runner.algos.ppo)
+PPO_ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # a Box: a diagonal Gaussian policy
 OBSERVATION_SPACES = ("Box", MASKED)
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings

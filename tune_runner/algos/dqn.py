@@ -102,10 +102,11 @@ class DQN(SeedLearnerBase):
                                                         num_envs=config.num_envs_per_env_runner,
                                                         vectorize_mode=config.gym_env_vectorize_mode)
                                            for seed in self.seeds])
-        if env.continuous:
+        if env.continuous or env.actions.nvec:
             env.close()
-            raise ValueError(f"{env_id}: DQN needs a Discrete action space starting at 0, got a Box of "
-                             f"{env.num_actions} number(s); use ppo for continuous actions")
+            got = f"a Box of {env.num_actions} number(s)" if env.continuous else \
+                f"a MultiDiscrete of {len(env.actions.nvec)} number(s)"
+            raise ValueError(f"{env_id}: DQN needs a Discrete action space starting at 0, got {got}; use ppo")
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
                                          device=self.device, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)

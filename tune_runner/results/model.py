@@ -71,10 +71,15 @@ def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folde
         raise NotExportable("a CNN policy for image observations; the logged model holds an MLP: use tune-rl "
                             "evaluate or load_policy on the checkpoint")
     sizes, layers, activation = policy_layers(learner, state, config)
-    box = state.get("action_space")  # ppo on Box actions: the bounds the mean is clipped to
-    extra = {} if box is None else {"action_low": np.asarray(box["low"]).tolist(),
-                                      "action_high": np.asarray(box["high"]).tolist(),
-                                      "action_shape": list(box["shape"])}
+    actions = state.get("action_space")  # ppo on Box actions: the bounds the mean is clipped to
+    if actions is None:
+        extra = {}
+    elif "nvec" in actions:  # MultiDiscrete: one argmax per number's logits
+        extra = {"action_nvec": [int(n) for n in actions["nvec"]], "action_shape": list(actions["shape"]),
+                 "action_dtype": str(np.dtype(actions["dtype"]))}
+    else:
+        extra = {"action_low": np.asarray(actions["low"]).tolist(), "action_high": np.asarray(actions["high"]).tolist(),
+                 "action_shape": list(actions["shape"])}
     if state.get("obs_filter") is not None:  # observation_filter: MeanStdFilter's statistics, as trained
         extra.update(obs_mean=np.asarray(state["obs_filter"]["mean"]).tolist(),
                        obs_var=np.asarray(state["obs_filter"]["var"]).tolist())
@@ -93,11 +98,14 @@ def requirements() -> list[str]:
 
 def signature(spec: dict[str, Any]) -> Any:
     """float32 observations [batch, obs_dim] in; int64 actions [batch] out, or for Box actions float32
-    [batch, *action_shape] (MLflow enforces it). `spec` is the saved policy's (tune_rl_policy.Policy.spec)."""
+    [batch, *action_shape], for MultiDiscrete ones [batch, *action_shape] of the space's dtype (MLflow enforces
+    it). `spec` is the saved policy's (tune_rl_policy.Policy.spec)."""
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    if "action_shape" in spec:
+    if "action_nvec" in spec:
+        out = TensorSpec(np.dtype(spec["action_dtype"]), (-1, *spec["action_shape"]))
+    elif "action_shape" in spec:
         out = TensorSpec(np.dtype(np.float32), (-1, *spec["action_shape"]))
     else:
         out = TensorSpec(np.dtype(np.int64), (-1,))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from tune_runner import files
-from tune_runner.algos.common import ActionSpace, masked_logits, split_obs, to_tensor
+from tune_runner.algos.common import ActionSpace, masked_logits, segments_argmax, split_obs, to_tensor
 from tune_runner.algos.normalize import normalized
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
@@ -81,12 +81,18 @@ class Policy:
 
 class OwnPolicy(Policy):
     """The acting network of our ppo (policy logits) or dqn (Q-values), argmax over the allowed actions; for
-    ppo on Box actions the Gaussian's mean, clipped to the bounds as the env got it in training."""
+    ppo on Box actions the Gaussian's mean, clipped to the bounds as the env got it in training; on
+    MultiDiscrete (or MultiBinary) actions the argmax of each number's logits, in the space's shape."""
 
-    def __init__(self, net: torch.nn.Module, *, obs_dim: int, box: ActionSpace | None = None,
+    def __init__(self, net: torch.nn.Module, *, obs_dim: int, actions: ActionSpace | None = None,
                  obs_stats: Mapping[str, Any] | None = None, **about: Any) -> None:
         super().__init__(**about)
-        self.net, self.obs_dim, self.box, self.obs_stats = net.eval(), obs_dim, box, obs_stats
+        self.net, self.obs_dim, self.actions, self.obs_stats = net.eval(), obs_dim, actions, obs_stats
+
+    @property
+    def box(self) -> ActionSpace | None:
+        """The Box action space it acts in, or None for discrete actions."""
+        return self.actions if self.actions is not None and self.actions.continuous else None
 
     @torch.no_grad()
     def _act(self, batch: Any) -> np.ndarray:
@@ -102,6 +108,8 @@ class OwnPolicy(Policy):
             mean = self.net(to_tensor(obs, cpu)).numpy()
             return self.box.clip(mean).reshape(len(mean), *self.box.shape)
         logits = masked_logits(self.net(to_tensor(obs, cpu)), None if mask is None else to_tensor(mask, cpu))
+        if self.actions is not None:  # MultiDiscrete
+            return self.actions.for_env(segments_argmax(logits, self.actions.nvec).numpy())
         return logits.argmax(-1).numpy()
 
 
@@ -232,19 +240,23 @@ def _own(checkpoint: Path) -> OwnPolicy:
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp" or uses_cnn(state):
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
-    return OwnPolicy(net, obs_dim=obs_dim, box=box_actions(state, where=checkpoint),
+    return OwnPolicy(net, obs_dim=obs_dim, actions=saved_actions(state, where=checkpoint),
                      obs_stats=state.get("obs_filter"), env_id=config["env"],
                      env_config=env_config_of(config), kind=learner, checkpoint=checkpoint)
 
 
-def box_actions(state: Mapping[str, Any], *, where: Path) -> ActionSpace | None:
-    """The Box action space a ppo checkpoint was trained on (its bounds and shape), or None for Discrete actions."""
+def saved_actions(state: Mapping[str, Any], *, where: Path) -> ActionSpace | None:
+    """The Box (bounds and shape) or MultiDiscrete (nvec, shape, dtype) action space a ppo checkpoint was trained
+    on, or None for Discrete actions."""
     saved = state.get("action_space")
     if saved is None:
         return None
     try:
-        low, high = (np.asarray(saved[key], dtype=np.float32).reshape(-1) for key in ("low", "high"))
         shape = tuple(int(n) for n in saved["shape"])
+        if "nvec" in saved:
+            return ActionSpace.multi(tuple(int(n) for n in saved["nvec"]), shape=shape,
+                                     dtype=str(np.dtype(saved["dtype"])))
+        low, high = (np.asarray(saved[key], dtype=np.float32).reshape(-1) for key in ("low", "high"))
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where / checkpoints.CHECKPOINT_FILE}: not a readable checkpoint (its action_space: "
                         f"{type(exc).__name__}: {exc}); pass a checkpoint folder written by our ppo") from None
