@@ -43,6 +43,31 @@ PLUGIN = textwrap.dedent('''
             return obs, (1.0 if done else -0.01), done, self.t >= 50, {}
 
 
+    @register_env("plugin_dials")
+    class Dials(gym.Env):
+        """Set two dials (3 and 4 positions) to the targets shown, one-hot: MultiDiscrete actions."""
+
+        def __init__(self, env_config=None):
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (7,), np.float32)
+            self.action_space = gym.spaces.MultiDiscrete([3, 4])
+
+        def _show(self):
+            self.target = np.array([self.np_random.integers(3), self.np_random.integers(4)])
+            return np.concatenate([np.eye(3, dtype=np.float32)[self.target[0]],
+                                   np.eye(4, dtype=np.float32)[self.target[1]]])
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return self._show(), {}
+
+        def step(self, action):
+            assert self.action_space.contains(np.asarray(action)), action
+            reward = float(np.mean(np.asarray(action) == self.target))
+            self.t += 1
+            return self._show(), reward, False, self.t >= 8, {}
+
+
     @register_model("plugin_wide")
     class Wide(Model):
         @staticmethod
@@ -153,3 +178,37 @@ def test_our_ppo_trains_a_registered_model_and_bad_names_are_one_line(ray_sessio
     bad = cli("train", "--plugins", str(plugins / "corridor.py"), "--env_name", "plugin_corridor",
               "--model_name", "plugin_wde")
     assert bad.status == 2 and "did you mean 'plugin_wide'" in bad.err
+
+
+def test_our_ppo_learns_a_users_multidiscrete_env_with_rollout_workers_and_exports_its_policy(
+        ray_session, cli, _isolated_home, plugins):
+    """A stranger's MultiDiscrete env: searched with our ppo and a rollout worker, then its exported policy and
+    MLflow model act in the env's own space."""
+    import mlflow
+    import numpy as np
+
+    from tune_runner.results.evaluate import evaluate
+    from tune_runner.results.policy import load_policy
+
+    raw = {"trainable": "ppo", "env": "plugin_dials", "budget": {"env_steps": 6000}, "num_samples": 1,
+           "searcher": {"name": "random", "seed": 1}, "scheduler": "fifo", "plugins": ["my_plugins"],
+           "fixed": {"num_env_runners": 1, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 500,
+                     "minibatch_size": 100, "num_epochs": 4, "lr": 0.01, "metrics_num_episodes_for_smoothing": 20},
+           "space": {"lambda_": {"uniform": [0.9, 0.95]}}}
+    space = plugins.parent / "dials.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    result = cli("search", "--space", str(space), "--name", "dials")
+    assert result.status == 0, result.out + result.err
+    rows = results(_isolated_home / "results" / "dials")
+    # a random policy sets about 2.3 dials' worth of 8 right
+    assert rows[0]["episode_return_mean"] < 3.5 < 6.0 < rows[-1]["episode_return_mean"], rows[-1]
+    best = _isolated_home / "results" / "dials" / "best.yaml"
+    policy = load_policy(best)
+    assert policy.actions.nvec == (3, 4) and evaluate(policy, episodes=4, seed=3).mean > 6.0
+    obs = np.eye(7, dtype=np.float32)[[0, 3, 1, 4, 2, 5]].reshape(3, 2, 7).sum(axis=1)  # targets (0,0) (1,1) (2,2)
+    mlflow.set_tracking_uri(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    (parent,) = mlflow.search_runs(experiment_names=["dials"], filter_string="tags.tune_rl.status = 'finished'",
+                                   output_format="list")
+    logged = mlflow.pyfunc.load_model(f"runs:/{parent.info.run_id}/policy").predict(obs)
+    np.testing.assert_array_equal(logged, policy.compute_actions(obs))
+    assert logged.shape == (3, 2) and logged.dtype == np.int64
