@@ -54,10 +54,11 @@ system-deps:
 # The unit tests in parallel (pytest-xdist, one worker per core; no Ray, so nothing to share), then the e2e
 # tests on 2 workers, each with its own Ray session: every e2e file but the shipped spaces' runs whole on one
 # worker (tests/conftest.py: xdist_group), so tests written to share a file's state still do. One worker left a
-# quarter of the 2 cores idle: 1315 s for the e2e tests against 1181 s on 2 workers (2026-11-25).
+# quarter of the 2 cores idle: 1315 s for the e2e tests against 1181 s on 2 workers (2026-11-25). --durations: CI
+# prints the slowest tests, where the suite's time goes.
 test: setup system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup --durations=40
 
 lint: setup
 	$(BIN)/ruff check .
