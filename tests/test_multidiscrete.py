@@ -5,12 +5,14 @@ does. DQN refuses them, naming ppo."""
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from tests.test_algos import small_dqn, small_ppo
+from tests.test_algos import same, same_weights, small_dqn, small_ppo
 from tests.test_seeds_ppo import weights_close
 from tune_runner.algos import DQN, PPO
 from tune_runner.algos.common import ActionSpace, segments_argmax, segments_gather, segments_log_softmax
@@ -111,6 +113,23 @@ def test_two_dial_seeds_train_as_they_would_alone():
     finally:
         for learner in (both, *alone):
             learner.close()
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["multidiscrete", "multibinary"])
+def test_a_checkpoint_continues_exactly_and_keeps_the_space(binary):
+    original = PPO(small_ppo(), env_id=env_id(binary))
+    for _ in range(2):
+        original.train_iteration()
+    state = pickle.loads(pickle.dumps(original.get_state()))
+    assert state["action_space"] == ({"nvec": [2, 2, 2], "shape": (3,), "dtype": "int8"} if binary
+                                     else {"nvec": list(NVEC), "shape": (2,), "dtype": "int64"})
+    restored = PPO(small_ppo(), env_id=env_id(binary))
+    restored.set_state(state)
+    for _ in range(2):
+        assert same(original.train_iteration(), restored.train_iteration())
+    assert same_weights(original, restored)
+    for learner in (original, restored):
+        learner.close()
 
 
 @pytest.fixture(scope="module")
