@@ -289,10 +289,10 @@ def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli,
     assert "--open: no search in sqlite:///" in result.err and "leave --open out" in result.err
     untouched.check()
 
-    from mlflow.tracking import MlflowClient
+    from tune_runner import mlflow_uri
 
     store = f"sqlite:///{tmp_path}/other.db"  # a store with a run, but no search's parent run
-    client = MlflowClient(tracking_uri=store)
+    client = mlflow_uri.client(store)  # a copy of the cached empty store: no 2 s of MLflow's migrations
     client.create_run(client.create_experiment("not-a-search"), run_name="by hand")
     result = cli("dashboard", "--open", "--mlflow-uri", store)
     assert result.status == 2 and f"--open: no search in {store} yet" in result.err, result

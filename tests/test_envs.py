@@ -103,7 +103,7 @@ def test_the_template_is_solved_by_our_ppo_in_a_few_thousand_steps(one_thread):
     for name in ("custom_env", "custom_env_actor"):
         learner = PPO(config, env_id=name)
         result = {}
-        while learner.env_steps < 5000:
+        while learner.env_steps < 3000:  # above 0.9 from about 2,300 env steps on (seeds 0-2)
             result = learner.train_iteration()
         assert result["episode_return_mean"] > 0.9, (name, result)  # optimal is about 0.97
 

@@ -99,12 +99,15 @@ def test_a_database_where_nothing_listens_is_refused_with_its_password_masked():
                                  f"host and port")
 
 
-def test_a_database_port_that_never_answers_is_given_up_after_the_connect_timeout():
+def test_a_database_port_that_never_answers_is_given_up_after_the_connect_timeout(monkeypatch):
     """A host that takes the TCP connection and then says nothing (a firewall, a wrong service) must not
     hold the search up: the driver's own connect timeout ends it. Run in a thread, so that a check
     without a timeout fails this test instead of hanging it."""
+    from tune_runner import mlflow_uri
     from tune_runner.mlflow_uri import CONNECT_TIMEOUT_S
 
+    # The check's 5 s made 2 s (psycopg's least): what is tested is that the driver gets a timeout and keeps it.
+    monkeypatch.setitem(mlflow_uri._check_database.__kwdefaults__, "timeout_s", 2)
     raised: list[Exception] = []
 
     def check(uri: str) -> None:

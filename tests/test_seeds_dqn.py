@@ -67,11 +67,13 @@ def masked_env() -> str:
 
 
 # CartPole's seeds end episodes at different times, so with one gradient step per vector step (intensity None)
-# they earn their steps at different times: some seeds sit out the last gradient step of a round. Acrobot-v1
-# (6 features, 3 actions, 500-step episodes; never tuned for) runs dueling heads, mse and no gradient clipping;
-# the masked env action masks.
+# they earn their steps at different times: some seeds sit out the last gradient step of a round (learning from
+# 100 env steps, this happens within one iteration), and its buffer (capacity 600) wraps within that iteration's
+# 1000 env steps a seed. Acrobot-v1 (6 features, 3 actions, 500-step episodes; never tuned for) runs dueling heads,
+# mse and no gradient clipping; the masked env action masks.
 @pytest.mark.parametrize(("env_id", "overrides", "iterations"), [
-    ("CartPole-v1", {"training_intensity": None, "num_envs_per_env_runner": 8}, 2),
+    ("CartPole-v1", {"training_intensity": None, "num_envs_per_env_runner": 8,
+                     "replay_buffer_config": {"capacity": 600}, "num_steps_sampled_before_learning_starts": 100}, 1),
     ("Acrobot-v1", {"dueling": True, "td_error_loss_fn": "mse", "grad_clip": None, "double_q": False,
                     "training_intensity": 2}, 1),
     ("masked", {"training_intensity": 4, "num_steps_sampled_before_learning_starts": 0}, 1),
@@ -126,8 +128,7 @@ def test_no_seed_ever_draws_another_seeds_transitions():
 
 def test_results_hold_every_seed_and_the_aggregate():
     learner = DQN(config(num_seeds=3, seed_aggregate="mean"), env_id="CartPole-v1")
-    for _ in range(2):
-        result = learner.train_iteration()
+    result = learner.train_iteration()  # 1000 env steps a seed: episodes ended, gradient steps taken
     for name in ("episode_return_mean", "episode_len_mean", "qf_loss", "td_error_mean", "epsilon", "lr"):
         per_seed = [result[f"seed_{i}/{name}"] for i in range(3)]
         assert result[name] == aggregate(per_seed, "mean")
