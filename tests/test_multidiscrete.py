@@ -185,3 +185,22 @@ def test_dqn_refuses_multidiscrete_actions_and_the_env_check_names_ppo():
     assert space_problem("ppo", DIALS, BACKENDS.get("ppo").trains, spaces) is None
     problem = space_problem("dqn", DIALS, BACKENDS.get("dqn").trains, spaces)
     assert problem is not None and "dqn needs a Discrete action space" in problem and "ppo" in problem
+
+
+class MaskedDials(Dials):
+    """Dials whose observations carry an action_mask: our learners mask Discrete actions only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({"observations": gym.spaces.Box(0.0, 1.0, (7,), np.float32),
+                                                  "action_mask": gym.spaces.MultiBinary(7)})
+
+    def _show(self):
+        return {"observations": super()._show(), "action_mask": np.ones(7, np.int8)}
+
+
+def test_an_action_mask_on_multidiscrete_actions_is_refused_in_one_line():
+    if "TuneRlMaskedDialsTest-v0" not in gym.registry:
+        gym.register("TuneRlMaskedDialsTest-v0", entry_point=MaskedDials)
+    with pytest.raises(ValueError, match="our learners mask Discrete actions only; this env masks a MultiDiscrete"):
+        PPO(small_ppo(), env_id="TuneRlMaskedDialsTest-v0")

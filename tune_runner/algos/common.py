@@ -327,6 +327,7 @@ class VecEnv:
         self.resetting = np.zeros(self.num_envs, dtype=bool)
         self.obs, self.mask = split_obs(env.reset(seed=seed)[0])
         if self.actions.nvec and self.mask is not None:
+            env.close()
             raise ValueError(f"our learners mask Discrete actions only; this env masks a "
                              f"{type(env.single_action_space).__name__} action space")
 
