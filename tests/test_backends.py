@@ -38,7 +38,7 @@ def test_our_learners_are_own_records_that_export_their_policy():
         assert isinstance(record, OwnBackend) and record.kind == "own" and record.name == name
         assert record.reports == OWN_REPORTS[name] and record.exports_policy and record.can_checkpoint
         actions = ("Discrete", "MultiDiscrete", "MultiBinary", "Box") if name == "ppo" else ("Discrete",)
-        assert record.trains == Trains(actions, ("Box", "masked Dict"))
+        assert record.trains == Trains(actions, ("Box", "masked Dict"), masks=("Discrete",), from_zero=True)
         assert "episodes" in record.time_attrs and not record.settings_need_ray
     assert backend("ppo") is backend("ppo")  # one record, registered once
 

@@ -74,9 +74,10 @@ def test_each_number_is_its_own_categorical():
 
 def test_the_spaces_our_learners_read():
     binary = ActionSpace.of(gym.spaces.MultiBinary((2, 3)))
-    assert (binary.nvec, binary.size, binary.shape, binary.dtype, binary.numbers) == ((2,) * 6, 12, (2, 3), "int8", 6)
+    assert (binary.nvec, binary.size, binary.shape, binary.dtype, binary.kind) == ((2,) * 6, 12, (2, 3), "int8",
+                                                                                   "MultiBinary")
     dials = ActionSpace.of(gym.spaces.MultiDiscrete(NVEC))
-    assert (dials.nvec, dials.size, dials.numbers, dials.continuous) == (NVEC, 7, 2, False)
+    assert (dials.nvec, dials.size, dials.kind, dials.continuous) == (NVEC, 7, "MultiDiscrete", False)
     assert binary.for_env(np.ones((4, 6), np.int64)).shape == (4, 2, 3)
     with pytest.raises(ValueError, match="MultiDiscrete action space starting at 0"):
         ActionSpace.of(gym.spaces.MultiDiscrete(NVEC, start=[1, 0]))
@@ -181,10 +182,29 @@ def test_dqn_refuses_multidiscrete_actions_and_the_env_check_names_ppo():
 
     with pytest.raises(ValueError, match="DQN needs a Discrete action space.*MultiDiscrete of 2 number"):
         DQN(small_dqn(), env_id=env_id(False))
+    with pytest.raises(ValueError, match="DQN needs a Discrete action space.*MultiBinary of 3 number"):
+        DQN(small_dqn(), env_id=env_id(True))
     spaces = Spaces(observation=gym.spaces.Box(0, 1, (7,)), action=gym.spaces.MultiDiscrete(NVEC))
     assert space_problem("ppo", DIALS, BACKENDS.get("ppo").trains, spaces) is None
     problem = space_problem("dqn", DIALS, BACKENDS.get("dqn").trains, spaces)
     assert problem is not None and "dqn needs a Discrete action space" in problem and "ppo" in problem
+
+
+def test_preflight_refuses_a_masked_multidiscrete_env_and_actions_that_do_not_start_at_0():
+    """Before Ray: what VecEnv would refuse inside the trial."""
+    from tune_runner.trainables.catalog import BACKENDS
+    from tune_runner.trainables.env_check import space_problem
+    from tune_runner.trainables.trial import Spaces
+
+    ppo = BACKENDS.get("ppo").trains
+    masked = gym.spaces.Dict({"observations": gym.spaces.Box(0, 1, (7,)), "action_mask": gym.spaces.MultiBinary(7)})
+    problem = space_problem("ppo", "dials", ppo, Spaces(observation=masked, action=gym.spaces.MultiDiscrete(NVEC)))
+    assert problem is not None and problem.startswith("ppo masks a Discrete action space only; dials masks "
+                                                      "MultiDiscrete([3 4])"), problem
+    assert space_problem("ppo", "dials", ppo, Spaces(observation=masked, action=gym.spaces.Discrete(7))) is None
+    for action in (gym.spaces.Discrete(3, start=1), gym.spaces.MultiDiscrete(NVEC, start=[0, 2])):
+        problem = space_problem("ppo", "e", ppo, Spaces(observation=gym.spaces.Box(0, 1, (7,)), action=action))
+        assert problem is not None and "needs discrete actions that start at 0" in problem, problem
 
 
 class MaskedDials(Dials):
@@ -199,8 +219,20 @@ class MaskedDials(Dials):
         return {"observations": super()._show(), "action_mask": np.ones(7, np.int8)}
 
 
-def test_an_action_mask_on_multidiscrete_actions_is_refused_in_one_line():
+CLOSED: list[str] = []
+
+
+class ClosingMaskedDials(MaskedDials):
+    def close(self):
+        CLOSED.append("closed")
+
+
+def test_the_learner_refuses_a_masked_multidiscrete_env_and_closes_it():
     if "TuneRlMaskedDialsTest-v0" not in gym.registry:
-        gym.register("TuneRlMaskedDialsTest-v0", entry_point=MaskedDials)
-    with pytest.raises(ValueError, match="our learners mask Discrete actions only; this env masks a MultiDiscrete"):
-        PPO(small_ppo(), env_id="TuneRlMaskedDialsTest-v0")
+        gym.register("TuneRlMaskedDialsTest-v0", entry_point=ClosingMaskedDials)
+    CLOSED.clear()
+    with pytest.raises(ValueError, match="our learners mask Discrete actions only; this env masks a MultiDiscrete") \
+            as raised:
+        PPO(small_ppo(num_envs_per_env_runner=2), env_id="TuneRlMaskedDialsTest-v0")
+    assert CLOSED == ["closed", "closed"]  # closed by the refusal, not by the garbage collector: the traceback
+    del raised                             # still holds the env until here

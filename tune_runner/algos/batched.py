@@ -358,7 +358,8 @@ class SeedEnvs:
         return self.envs[0].env
 
     def step(self, actions: np.ndarray) -> Step:
-        """One step of every env of every seed; `actions` [K * n] (Box: [K * n, size])."""
+        """One step of every env of every seed; `actions` [K * n] (Box: [K * n, size]; MultiDiscrete: [K * n,
+        len(nvec)])."""
         if self.num_seeds == 1:
             return self.envs[0].step(actions)
         n = self.envs_per_seed

@@ -231,6 +231,8 @@ class ActionSpace:
     high: np.ndarray | None = None
     nvec: tuple[int, ...] = ()
     dtype: str = "int64"
+    kind: str = "Discrete"
+    """The gymnasium space's class name, for messages."""
 
     @classmethod
     def of(cls, space: gym.Space) -> ActionSpace:
@@ -238,29 +240,27 @@ class ActionSpace:
         if isinstance(space, gym.spaces.Discrete) and space.start == 0:
             return cls(continuous=False, size=int(space.n))
         if isinstance(space, gym.spaces.MultiBinary):
-            return cls.multi((2,) * int(np.prod(space.shape)), shape=tuple(space.shape), dtype=str(space.dtype))
+            return cls.multi((2,) * int(np.prod(space.shape)), shape=tuple(space.shape), dtype=str(space.dtype),
+                             kind="MultiBinary")
         if isinstance(space, gym.spaces.MultiDiscrete) and not np.any(space.start):
             return cls.multi(tuple(int(n) for n in np.ravel(space.nvec)), shape=tuple(space.shape),
                              dtype=str(space.dtype))
         if isinstance(space, gym.spaces.Box) and space.shape and np.issubdtype(space.dtype, np.floating):
             low = np.asarray(space.low, dtype=np.float32).reshape(-1)
             high = np.asarray(space.high, dtype=np.float32).reshape(-1)
-            return cls(continuous=True, size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high)
+            return cls(continuous=True, size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high,
+                       kind="Box")
         raise ValueError(f"our learners need a Discrete or MultiDiscrete action space starting at 0, a MultiBinary "
                          f"one or a float Box, got {space}")
 
     @classmethod
-    def multi(cls, nvec: tuple[int, ...], *, shape: tuple[int, ...], dtype: str = "int64") -> ActionSpace:
+    def multi(cls, nvec: tuple[int, ...], *, shape: tuple[int, ...], dtype: str = "int64",
+              kind: str = "MultiDiscrete") -> ActionSpace:
         """A MultiDiscrete (or MultiBinary: every nvec 2) space of `shape`; ValueError for an empty one."""
         if not nvec or min(nvec) < 1:
-            raise ValueError(f"a MultiDiscrete action space needs at least one number of at least 1 choice, "
+            raise ValueError(f"a {kind} action space needs at least one number of at least 1 choice, "
                              f"got nvec {list(nvec)}")
-        return cls(continuous=False, size=sum(nvec), shape=shape, nvec=nvec, dtype=dtype)
-
-    @property
-    def numbers(self) -> int:
-        """How many numbers one action holds: 1 for Discrete, len(nvec) for MultiDiscrete, size for a Box."""
-        return len(self.nvec) if self.nvec else self.size if self.continuous else 1
+        return cls(continuous=False, size=sum(nvec), shape=shape, nvec=nvec, dtype=dtype, kind=kind)
 
     def clip(self, actions: np.ndarray) -> np.ndarray:
         """Box actions [batch, size] clipped to the bounds (float32); discrete ones as they are."""
@@ -311,6 +311,13 @@ class VecEnv:
 
     def __init__(self, env: gym.vector.VectorEnv, *, make: Callable[[], gym.vector.VectorEnv], seed: int) -> None:
         self.env, self._make = env, make
+        try:
+            self._start(env, seed)
+        except Exception:  # a space we cannot train on: the env's processes and files go with the error
+            env.close()
+            raise
+
+    def _start(self, env: gym.vector.VectorEnv, seed: int) -> None:
         self.num_envs = env.num_envs
         space = env.single_observation_space
         if isinstance(space, gym.spaces.Dict):
@@ -323,13 +330,13 @@ class VecEnv:
         self.obs_dim = int(np.prod(space.shape))
         self.obs_shape, self.obs_dtype = tuple(space.shape), space.dtype  # kept flat; a CNN views them as images
         self.actions = ActionSpace.of(env.single_action_space)
-        self.num_actions = self.actions.size  # Discrete: actions to choose from; Box: numbers in one action
+        # Discrete: actions to choose from; MultiDiscrete: logits, sum(nvec); Box: numbers in one action
+        self.num_actions = self.actions.size
         self.resetting = np.zeros(self.num_envs, dtype=bool)
         self.obs, self.mask = split_obs(env.reset(seed=seed)[0])
         if self.actions.nvec and self.mask is not None:
-            env.close()
-            raise ValueError(f"our learners mask Discrete actions only; this env masks a "
-                             f"{type(env.single_action_space).__name__} action space")
+            raise ValueError(f"our learners mask Discrete actions only; this env masks a {self.actions.kind} "
+                             f"action space")
 
     @property
     def masked(self) -> bool:

@@ -28,6 +28,7 @@ MASK_KEYS = frozenset({"observations", "action_mask"})
 ACTION_SPACES = ("Discrete",)  # DQN's
 PPO_ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # a Box: a diagonal Gaussian policy
 OBSERVATION_SPACES = ("Box", MASKED)
+MASKABLE_ACTIONS = ("Discrete",)  # an action_mask in the observations masks one Discrete choice
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
@@ -157,7 +158,7 @@ class PPOConfig:
     """Max global gradient norm; None disables."""
     log_std_init: float = 0.0
     """Box actions: the Gaussian policy's log standard deviation at the start, one learned value per action
-    number, independent of the observation (Discrete actions ignore it)."""
+    number, independent of the observation (discrete actions ignore it)."""
     observation_filter: str = "NoFilter"
     """MeanStdFilter: observations scaled by each seed's running mean and std, clipped to +-10 (RLlib's name);
     the statistics are saved in checkpoints and used by evaluate, load_policy and the MLflow model."""

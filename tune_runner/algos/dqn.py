@@ -104,8 +104,7 @@ class DQN(SeedLearnerBase):
                                            for seed in self.seeds])
         if env.continuous or env.actions.nvec:
             env.close()
-            got = f"a Box of {env.num_actions} number(s)" if env.continuous else \
-                f"a MultiDiscrete of {len(env.actions.nvec)} number(s)"
+            got = f"a {env.actions.kind} of {env.actions.size if env.continuous else len(env.nvec)} number(s)"
             raise ValueError(f"{env_id}: DQN needs a Discrete action space starting at 0, got {got}; use ppo")
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,

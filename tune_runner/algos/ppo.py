@@ -1,6 +1,7 @@
 """PPO on gymnasium vector envs, in one file, with RLlib's setting names.
 
-Discrete actions: a softmax policy. Box actions: a diagonal Gaussian whose mean is the policy
+Discrete actions: a softmax policy; MultiDiscrete and MultiBinary ones: one softmax per number of the
+action, over its segment of the policy's logits. Box actions: a diagonal Gaussian whose mean is the policy
 network's output and whose log standard deviation is one learned vector per seed, independent of
 the observation (`log_std_init`, RLlib's and SB3's default shape). The env gets the sample clipped
 to the space's bounds; the learner keeps the unclipped sample, whose log-probability the loss needs.
@@ -235,7 +236,8 @@ class PPO(SeedLearnerBase):
     @torch.no_grad()
     def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
         """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax
-        (Box: the mean). Box actions come clipped to the bounds, [batch, size]."""
+        (Box: the mean). Box actions come clipped to the bounds, [batch, size]; MultiDiscrete ones as the env takes
+        them, [batch, *shape] of the space's dtype."""
         obs, mask = split_obs(obs)
         if self.obs_filter is not None:  # seed 0's statistics, left as they are
             obs = normalized(obs, self.obs_filter.stats.mean[0], self.obs_filter.stats.var[0])

@@ -71,7 +71,7 @@ def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folde
         raise NotExportable("a CNN policy for image observations; the logged model holds an MLP: use tune-rl "
                             "evaluate or load_policy on the checkpoint")
     sizes, layers, activation = policy_layers(learner, state, config)
-    actions = state.get("action_space")  # ppo on Box actions: the bounds the mean is clipped to
+    actions = state.get("action_space")  # ppo on Box (the bounds) or MultiDiscrete actions (nvec); None: Discrete
     if actions is None:
         extra = {}
     elif "nvec" in actions:  # MultiDiscrete: one argmax per number's logits

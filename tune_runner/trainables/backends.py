@@ -37,10 +37,14 @@ TASK_FN = "env_task_fn"  # = curriculum.TASK_FN, which imports gymnasium
 
 @dataclass(frozen=True)
 class Trains:
-    """The env spaces a trainable trains on: gymnasium space class names (or env_check.MASKED); None: any."""
+    """The env spaces a trainable trains on: gymnasium space class names (or env_check.MASKED); None: any.
+    `masks`: the action kinds it can mask (None: any it trains); `from_zero`: its discrete actions must start at 0
+    (a Discrete or MultiDiscrete `start` other than 0 is refused)."""
 
     actions: tuple[str, ...] | None = None
     observations: tuple[str, ...] | None = None
+    masks: tuple[str, ...] | None = None
+    from_zero: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

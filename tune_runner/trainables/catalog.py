@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES, PPO_ACTION_SPACES
+from tune_runner.algos.config import ACTION_SPACES, MASKABLE_ACTIONS, OBSERVATION_SPACES, PPO_ACTION_SPACES
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.registry import Registry
 from tune_runner.trainables.backends import (
@@ -38,7 +38,8 @@ ORACLES = tuple(ORACLE_CLASSES)
 BACKENDS: Registry[Backend] = Registry("trainable")
 for _name in OURS:  # their spaces are declared beside their settings: no torch
     BACKENDS.register(_name, OwnBackend(name=_name, reports=OWN_REPORTS[_name], can_checkpoint=True,
-                                        trains=Trains(OWN_ACTIONS[_name], OBSERVATION_SPACES), seeds=_name in SEEDED))
+                                        trains=Trains(OWN_ACTIONS[_name], OBSERVATION_SPACES, masks=MASKABLE_ACTIONS,
+                                                      from_zero=True), seeds=_name in SEEDED))
 for _name in ORACLES:
     BACKENDS.register(_name, OracleBackend(name=_name, reports=ORACLE_REPORTS, trains=None,
                                            can_checkpoint=_name != "oracle/stateless"))

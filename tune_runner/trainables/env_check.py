@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tune_runner.algos.config import MASK_KEYS, MASKED
 from tune_runner.errors import UserError
 from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
@@ -118,6 +120,14 @@ def space_problem(trainable: str, env: str, needs: Trains, spaces: Spaces) -> st
     if needs.observations is not None and not kind_accepts(needs.observations, spaces.observation):
         return (f"{trainable} needs {_kinds(needs.observations, 'observation')}; {env} has {spaces.observation}; "
                 f"register a wrapped env that gives Box observations (e.g. gymnasium.wrappers.FlattenObservation)")
+    if needs.masks is not None and kind_accepts((MASKED,), spaces.observation) \
+            and not kind_accepts(needs.masks, spaces.action):
+        return (f"{trainable} masks {_kinds(needs.masks, 'action')} only; {env} masks {spaces.action}; "
+                f"drop the env's action_mask or give it a Discrete action space")
+    if needs.from_zero and kind_accepts(("Discrete", "MultiDiscrete"), spaces.action) \
+            and any(int(n) for n in np.ravel(spaces.action.start)):
+        return (f"{trainable} needs discrete actions that start at 0; {env} has {spaces.action}; "
+                f"register a wrapped env whose actions start at 0 (subtract the start in its step)")
     return None
 
 
