@@ -79,6 +79,8 @@ def test_the_spaces_our_learners_read():
     dials = ActionSpace.of(gym.spaces.MultiDiscrete(NVEC))
     assert (dials.nvec, dials.size, dials.kind, dials.continuous) == (NVEC, 7, "MultiDiscrete", False)
     assert binary.for_env(np.ones((4, 6), np.int64)).shape == (4, 2, 3)
+    square = ActionSpace.of(gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32))  # a Box keeps its shape too, clipped
+    assert square.for_env(np.full((4, 4), 3.0, np.float32)).tolist() == [[[1.0, 1.0], [1.0, 1.0]]] * 4
     with pytest.raises(ValueError, match="MultiDiscrete action space starting at 0"):
         ActionSpace.of(gym.spaces.MultiDiscrete(NVEC, start=[1, 0]))
 

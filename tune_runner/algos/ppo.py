@@ -236,8 +236,8 @@ class PPO(SeedLearnerBase):
     @torch.no_grad()
     def compute_actions(self, obs: Any, explore: bool = False) -> np.ndarray:
         """Seed 0's actions for a batch of observations (a Dict batch for masked envs); explore samples, else argmax
-        (Box: the mean). Box actions come clipped to the bounds, [batch, size]; MultiDiscrete ones as the env takes
-        them, [batch, *shape] of the space's dtype."""
+        (Box: the mean). Actions come as the env takes them, [batch, *shape]: Box ones clipped to the bounds,
+        MultiDiscrete ones of the space's dtype."""
         obs, mask = split_obs(obs)
         if self.obs_filter is not None:  # seed 0's statistics, left as they are
             obs = normalized(obs, self.obs_filter.stats.mean[0], self.obs_filter.stats.var[0])
@@ -247,7 +247,7 @@ class PPO(SeedLearnerBase):
             if explore:
                 std = self.log_std(3)[0].exp()
                 logits = logits + std * torch.randn(logits.shape, generator=self.rngs[0].torch)
-            return self.env.actions.clip(logits.cpu().numpy())
+            return self.env.actions.for_env(logits.cpu().numpy())
         logits, nvec = masked_logits(logits, None if mask is None else to_tensor(mask, self.device)), self.env.nvec
         actions = sample_actions(logits, generator=self.rngs[0].torch, nvec=nvec) if explore \
             else segments_argmax(logits, nvec)
