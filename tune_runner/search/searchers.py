@@ -99,7 +99,21 @@ SEARCHERS.register("bohb", SearcherType(_bohb, lambda s: ["bohb_config", "max_co
                                         scheduler="bohb"))
 
 
+# Searchers the field uses that tune-rl leaves out, and why (checked with pip on this project's pins, 2026-11):
+# asked for by name, they get this line, not "unknown searcher".
+NOT_AVAILABLE = {
+    "hebo": "HEBO pins numpy below 1.25, and pip would replace the numpy 2 that Ray and torch here use with 1.24.4",
+    "dehb": "DEHB 0.1.2 pins numpy 1.x, and pip would replace the numpy 2 that Ray and torch here use with 1.26.4",
+    "nevergrad": "nevergrad 1.0 deadlocked or crashed with numpy 2.4 when we tried Ray Tune's NevergradSearch",
+    "smac": "SMAC3 has no Ray Tune searcher and ours (its multi-fidelity facade on env-step rungs) is not written yet",
+    "ax": "Ray Tune's AxSearch has not been tried with Ax 1.x (ax-platform 1.3) here",
+}
+
+
 def searcher_type(component: Component, *, where: str) -> SearcherType:
+    if component.name in NOT_AVAILABLE and component.name not in SEARCHERS:
+        raise UserError(f"{where}: searcher: {component.name!r} is not available in tune-rl: "
+                        f"{NOT_AVAILABLE[component.name]}; use optuna (TPE or CMA-ES), hyperopt or bohb")
     try:
         return SEARCHERS.get(component.name)
     except UserError as exc:
