@@ -224,7 +224,6 @@ class ActionSpace:
     `shape` the space's own); or a bounded or unbounded `Box` (`size` numbers per action, flat; `low`/`high` as
     float32 [size])."""
 
-    continuous: bool
     size: int
     shape: tuple[int, ...] = ()
     low: np.ndarray | None = None
@@ -232,13 +231,13 @@ class ActionSpace:
     nvec: tuple[int, ...] = ()
     dtype: str = "int64"
     kind: str = "Discrete"
-    """The gymnasium space's class name, for messages."""
+    """The gymnasium space's class name: Discrete, MultiDiscrete, MultiBinary or Box."""
 
     @classmethod
     def of(cls, space: gym.Space) -> ActionSpace:
         """ValueError naming the space when our learners cannot act in it."""
         if isinstance(space, gym.spaces.Discrete) and space.start == 0:
-            return cls(continuous=False, size=int(space.n))
+            return cls(size=int(space.n))
         if isinstance(space, gym.spaces.MultiBinary):
             return cls.multi((2,) * int(np.prod(space.shape)), shape=tuple(space.shape), dtype=str(space.dtype),
                              kind="MultiBinary")
@@ -248,8 +247,7 @@ class ActionSpace:
         if isinstance(space, gym.spaces.Box) and space.shape and np.issubdtype(space.dtype, np.floating):
             low = np.asarray(space.low, dtype=np.float32).reshape(-1)
             high = np.asarray(space.high, dtype=np.float32).reshape(-1)
-            return cls(continuous=True, size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high,
-                       kind="Box")
+            return cls(size=int(np.prod(space.shape)), shape=tuple(space.shape), low=low, high=high, kind="Box")
         raise ValueError(f"our learners need a Discrete or MultiDiscrete action space starting at 0, a MultiBinary "
                          f"one or a float Box, got {space}")
 
@@ -260,7 +258,12 @@ class ActionSpace:
         if not nvec or min(nvec) < 1:
             raise ValueError(f"a {kind} action space needs at least one number of at least 1 choice, "
                              f"got nvec {list(nvec)}")
-        return cls(continuous=False, size=sum(nvec), shape=shape, nvec=nvec, dtype=dtype, kind=kind)
+        return cls(size=sum(nvec), shape=shape, nvec=nvec, dtype=dtype, kind=kind)
+
+    @property
+    def continuous(self) -> bool:
+        """A Box: a Gaussian policy's numbers, not choices."""
+        return self.kind == "Box"
 
     def clip(self, actions: np.ndarray) -> np.ndarray:
         """Box actions [batch, size] clipped to the bounds (float32); discrete ones as they are."""

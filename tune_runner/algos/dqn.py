@@ -102,7 +102,7 @@ class DQN(SeedLearnerBase):
                                                         num_envs=config.num_envs_per_env_runner,
                                                         vectorize_mode=config.gym_env_vectorize_mode)
                                            for seed in self.seeds])
-        if env.continuous or env.actions.nvec:
+        if env.actions.kind != "Discrete":
             env.close()
             got = f"a {env.actions.kind} of {env.actions.size if env.continuous else len(env.nvec)} number(s)"
             raise ValueError(f"{env_id}: DQN needs a Discrete action space starting at 0, got {got}; use ppo")

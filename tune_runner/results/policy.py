@@ -260,7 +260,7 @@ def saved_actions(state: Mapping[str, Any], *, where: Path) -> ActionSpace | Non
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where / checkpoints.CHECKPOINT_FILE}: not a readable checkpoint (its action_space: "
                         f"{type(exc).__name__}: {exc}); pass a checkpoint folder written by our ppo") from None
-    return ActionSpace(continuous=True, size=len(low), shape=shape, low=low, high=high)
+    return ActionSpace(size=len(low), shape=shape, low=low, high=high, kind="Box")
 
 
 class LearnerPolicy(Policy):
