@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.test_algos import same, same_weights, small_dqn, small_ppo
-from tests.test_seeds_ppo import weights_close
+from tests.test_seeds_ppo import train_side_by_side
 from tune_runner.algos import DQN, PPO
 from tune_runner.algos.common import ActionSpace, segments_argmax, segments_gather, segments_log_softmax
 
@@ -107,12 +107,7 @@ def test_two_dial_seeds_train_as_they_would_alone():
     both = PPO(small_ppo(num_seeds=2, seed=5), env_id=env_id(False))
     alone = [PPO(small_ppo(seed=seed), env_id=env_id(False)) for seed in both.seeds]
     try:
-        for _ in range(3):
-            both.train_iteration()
-            for learner in alone:
-                learner.train_iteration()
-        for i, learner in enumerate(alone):
-            weights_close(both, i, learner)
+        train_side_by_side(both, alone, 3)
     finally:
         for learner in (both, *alone):
             learner.close()

@@ -32,6 +32,16 @@ def weights_close(k_learner: PPO, seed: int, alone: PPO, *, atol: float = 1e-5) 
     return worst
 
 
+def train_side_by_side(together: PPO, alone: list[PPO], iterations: int) -> None:
+    """`iterations` of a K-seed learner and of each seed's learner alone; then each seed's weights match."""
+    for _ in range(iterations):
+        together.train_iteration()
+        for learner in alone:
+            learner.train_iteration()
+    for i, learner in enumerate(alone):
+        weights_close(together, i, learner)
+
+
 def minibatch_counts(learner: PPO, before: np.ndarray, size: int) -> set[int]:
     """How many minibatches each seed cut in the iteration that took it from `before` env steps."""
     return {-(-int(n) // size) for n in learner.seed_env_steps - before}
@@ -152,12 +162,7 @@ def test_a_registered_model_trains_k_seeds_through_vmap_or_is_refused_in_one_lin
     config = {**vars_of(small_ppo(seed=4)), "model": "tune_rl_test_seeds_net"}
     together = PPO(PPOConfig.from_dict({**config, "num_seeds": 2}), env_id="CartPole-v1")
     alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id="CartPole-v1") for s in together.seeds]
-    for _ in range(2):
-        together.train_iteration()
-        for learner in alone:
-            learner.train_iteration()
-    for i, learner in enumerate(alone):
-        weights_close(together, i, learner)
+    train_side_by_side(together, alone, 2)
     assert set(together.get_state()["seeds"][0]["pi"]) == set(alone[0].get_state()["pi"]) == {
         "hidden.weight", "hidden.bias", "out.weight", "out.bias"}
     with pytest.raises(ValueError, match="model 'tune_rl_test_seeds_branchy' does not run under torch.func.vmap"):
