@@ -9,6 +9,12 @@ TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.tune-rl-installed
+# What the CLI, the tests, Ray's daemons and a trial's worker import (setup writes their bytecode)
+WARM_IMPORTS_CLI := tune_runner.cli.main, torch, gymnasium, mlflow, mlflow.server, mlflow.pyfunc, pandas, \
+                    matplotlib.pyplot, sklearn.gaussian_process, optuna, hyperopt, pytest, xdist
+WARM_IMPORTS_RAY := ray.tune, ray.rllib.algorithms.ppo, ray.rllib.algorithms.dqn, ray.job_submission, \
+                    ray._private.workers.default_worker, ray.dashboard.agent, ray._private.runtime_env.agent.main, \
+                    ray._private.log_monitor, ray.autoscaler._private.monitor
 PIP         := $(BIN)/pip install --quiet --disable-pip-version-check
 # pip's wheel folders (PIP_FIND_LINKS, else pip's config), handed to uv, which reads no pip settings
 FIND_LINKS  ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
@@ -24,16 +30,20 @@ setup: $(STAMP)
 # torch with uv from the wheel folders pip is set up with (find-links: this machine's CPU build), 16 s where pip
 # takes 35; with pip for TORCH_INDEX's build or where pip names no wheel folder. The rest with uv, which resolves
 # and installs the same versions as pip in about a minute instead of 7 (torch, already there, satisfies the
-# package's torch>=2.4 and is left alone). --compile-bytecode as pip does: without .pyc files, where
-# PYTHONDONTWRITEBYTECODE is set every Ray worker and CLI process compiled Ray and MLflow again, and the
-# test suite took 43 minutes instead of about 25.
+# package's torch>=2.4 and is left alone).
+# Bytecode: without .pyc files, where PYTHONDONTWRITEBYTECODE is set, every Ray worker and CLI process compiled
+# Ray and MLflow again and the test suite took 43 minutes instead of about 25. uv's --compile-bytecode compiled all
+# of site-packages (19,700 files, 52 s on 2 cores); importing what our processes import (WARM_IMPORTS, two
+# interpreters at once) writes the 5,200 they use in 24 s. `make test` writes the rest as they are first imported.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) uv
 	$(if $(and $(FIND_LINKS),$(if $(TORCH_INDEX),,1)),\
-	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python "$(TORCH)" $(foreach d,$(FIND_LINKS),--find-links $(d)),\
+	  $(BIN)/uv pip install --quiet --python $(BIN)/python "$(TORCH)" $(foreach d,$(FIND_LINKS),--find-links $(d)),\
 	  $(PIP) "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)))
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[test]"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_IMPORTS_CLI)" & \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_IMPORTS_RAY)"; status=$$?; wait $$! && exit $$status
 	touch $@
 
 search: setup
@@ -55,7 +65,10 @@ system-deps:
 # tests on 2 workers, each with its own Ray session: every e2e file but the shipped spaces' runs whole on one
 # worker (tests/conftest.py: xdist_group), so tests written to share a file's state still do. One worker left a
 # quarter of the 2 cores idle: 1315 s for the e2e tests against 1181 s on 2 workers (2026-11-25). --durations: CI
-# prints the slowest tests, where the suite's time goes.
+# prints the slowest tests, where the suite's time goes. PYTHONDONTWRITEBYTECODE is emptied (Python reads that as
+# unset) so that a module setup did not warm is compiled once (into .venv, and __pycache__ beside our own
+# modules), not again in every process that imports it.
+test: export PYTHONDONTWRITEBYTECODE =
 test: setup system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto --durations=15
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup --durations=40
