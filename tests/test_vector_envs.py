@@ -1,17 +1,24 @@
-"""Our numpy-vectorized Pendulum-v1 against gymnasium's own envs stepped by SyncVectorEnv (issue 18): the same
-seed gives the same starts, observations, truncations and (to float64 rounding) rewards, and our PPO trains
-bit for bit the same on either; it is picked by default, and an env_config it does not take falls back."""
+"""Our vector envs against gymnasium's SyncVectorEnv (issue 18).
+
+Our numpy-vectorized Pendulum-v1: the same seed gives the same starts, observations, truncations and (to float64
+rounding) rewards, and our PPO trains bit for bit the same on either; it is picked by default, and an env_config
+it does not take falls back. The worker processes (`processes` mode, a trial with several CPUs): the same numbers
+as one SyncVectorEnv, any split of the envs; our PPO and DQN train bit for bit the same; a worker's error reaches
+the learner in one line, and no worker outlives its env or the process that started it.
+"""
 
 from __future__ import annotations
+
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from tests.test_algos import same, same_weights
-from tune_runner.algos import PPO, PPOConfig
+from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig
 from tune_runner.algos.common import default_vectorize_mode, make_vec_env
-from tune_runner.algos.vector_envs import PendulumVectorEnv
+from tune_runner.algos.vector_envs import PendulumVectorEnv, ProcessVectorEnv, env_step_seconds, processes_pay
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -53,7 +60,160 @@ def test_our_ppo_trains_bit_for_bit_the_same_on_either_backend():
 
 def test_pendulum_takes_ours_by_default_and_gymnasiums_for_a_key_ours_lacks():
     assert default_vectorize_mode("Pendulum-v1") == "vector_entry_point"
+    assert default_vectorize_mode("Pendulum-v1", processes=4) == "vector_entry_point"
     assert default_vectorize_mode("Acrobot-v1") == "sync"
     assert isinstance(make_vec_env("Pendulum-v1", env_config={"g": 5.0}, num_envs=2, seed=0).env, PendulumVectorEnv)
     fallback = make_vec_env("Pendulum-v1", env_config={"render_mode": "rgb_array"}, num_envs=2, seed=0)
     assert isinstance(fallback.env, gym.vector.SyncVectorEnv)
+
+
+# ---- worker processes ----------------------------------------------------------------------------------------
+
+
+def sync_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP})
+
+
+@pytest.mark.parametrize(("env_id", "num_envs", "workers"), [("CartPole-v1", 7, 3), ("Acrobot-v1", 4, 2)])
+def test_worker_processes_give_one_sync_envs_numbers(env_id, num_envs, workers):
+    theirs = sync_env(env_id, num_envs)
+    ours = ProcessVectorEnv(lambda n: sync_env(env_id, n), num_envs=num_envs, workers=workers)
+    try:
+        assert len(ours.processes) == workers and ours.starts == sorted(set(ours.starts))
+        assert np.array_equal(theirs.reset(seed=11)[0], ours.reset(seed=11)[0])
+        rng, ends = np.random.default_rng(0), 0
+        for _ in range(600):  # CartPole's random episodes last ~20 steps: autoresets in every share
+            actions = rng.integers(0, theirs.single_action_space.n, num_envs)
+            a, b = theirs.step(actions), ours.step(actions)
+            for x, y in zip(a[:4], b[:4], strict=True):
+                assert np.array_equal(x, y)
+            ends += int((b[2] | b[3]).sum())
+        assert ends >= num_envs
+    finally:
+        theirs.close()
+        ours.close()
+    assert not any(p.is_alive() for p in ours.processes)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_our_learners_train_bit_for_bit_the_same_in_worker_processes(algo):
+    common = {"seed": 5, "num_envs_per_env_runner": 6}
+    if algo == "ppo":
+        cls, config = PPO, PPOConfig.from_dict({**common, "train_batch_size": 600, "minibatch_size": 200,
+                                                "num_epochs": 2})
+    else:
+        cls, config = DQN, DQNConfig.from_dict({**common, "num_steps_sampled_before_learning_starts": 200,
+                                                "train_batch_size": 32, "fcnet_hiddens": [32]})
+    sync = cls(config.__class__.from_dict({**config.__dict__, "gym_env_vectorize_mode": "sync"}),
+               env_id="Acrobot-v1")
+    workers = cls(config.__class__.from_dict({**config.__dict__, "num_env_processes": 2,
+                                              "gym_env_vectorize_mode": "processes"}), env_id="Acrobot-v1")
+    try:
+        assert isinstance(workers.env.envs[0].env, ProcessVectorEnv)
+        for _ in range(2):
+            assert same(sync.train_iteration(), workers.train_iteration())
+        assert same_weights(sync, workers)
+    finally:
+        sync.close()
+        workers.close()
+
+
+class Steps(gym.Env):
+    """An env whose step busy-waits `seconds` (a slow simulator) or returns at once."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            pass
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+gym.register("tests/Slow-v0", entry_point=Steps, kwargs={"seconds": 0.003})
+gym.register("tests/Instant-v0", entry_point=Steps)
+
+
+def test_workers_are_picked_where_their_round_trips_pay_and_only_with_two_cpus():
+    assert default_vectorize_mode("tests/Slow-v0", processes=2, num_envs=8) == "processes"
+    assert default_vectorize_mode("tests/Slow-v0", processes=1, num_envs=8) == "sync"
+    assert default_vectorize_mode("tests/Slow-v0", processes=2, num_envs=1) == "sync"
+    assert default_vectorize_mode("tests/Instant-v0", processes=2, num_envs=8) == "sync"  # its round trips cost more
+    assert default_vectorize_mode("CartPole-v1", processes=2, num_envs=8) == "vector_entry_point"
+    assert env_step_seconds("tests/Slow-v0", {}) >= 0.003
+    # the cost model: 16 envs of 100 us a step (Acrobot's here) in 2 workers lose to their round trips; 1 ms wins
+    assert not processes_pay(100e-6, num_envs=16, workers=2) and processes_pay(1e-3, num_envs=16, workers=2)
+    assert not processes_pay(1.0, num_envs=16, workers=1)
+
+
+def test_the_processes_mode_needs_two_workers_and_takes_at_most_one_per_env():
+    one_env = make_vec_env("Acrobot-v1", env_config=None, num_envs=1, seed=0, vectorize_mode="processes", processes=2)
+    one_cpu = make_vec_env("Acrobot-v1", env_config=None, num_envs=4, seed=0, vectorize_mode="processes")
+    for env in (one_env, one_cpu):
+        assert isinstance(env.env, gym.vector.SyncVectorEnv) and env.backend == "sync"
+        env.close()
+    many = make_vec_env("Acrobot-v1", env_config=None, num_envs=3, seed=0, vectorize_mode="processes", processes=8)
+    assert len(many.env.processes) == 3 and many.backend == "processes"
+    assert many.get_state()["snapshot"] is None  # restored by a reset with the seed, as for AsyncVectorEnv
+    many.close()
+
+
+class BreaksOnStep(gym.Env):
+    """An env that fails on its 5th step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 5:
+            raise ArithmeticError("the simulator diverged")
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+def test_a_workers_error_reaches_the_learner_in_one_line_and_no_worker_is_left():
+    gym.register("tests/BreaksOnStep-v0", entry_point=BreaksOnStep)
+    env = make_vec_env("tests/BreaksOnStep-v0", env_config=None, num_envs=4, seed=0, vectorize_mode="processes",
+                       processes=2)
+    processes = env.env.processes
+    try:
+        with pytest.raises(RuntimeError) as info:
+            for _ in range(5):
+                env.step(np.zeros(4, dtype=np.int64))
+        (line,) = str(info.value).splitlines()
+        assert "ArithmeticError: the simulator diverged" in line and "test_vector_envs.py" in line
+    finally:
+        env.close()
+    assert not any(p.is_alive() for p in processes)
+
+
+def test_a_worker_whose_learner_is_gone_exits():
+    env = ProcessVectorEnv(lambda n: sync_env("CartPole-v1", n), num_envs=4, workers=2)
+    for pipe in env.pipes:  # as when the trial's process is killed: its ends of the pipes close
+        pipe.close()
+    for process in env.processes:
+        process.join(timeout=10)
+        assert process.exitcode == 0
+    env.closed = True
+
+
+def test_a_bad_mode_or_process_count_is_refused_by_the_config():
+    with pytest.raises(ValueError, match=r"PPOConfig.gym_env_vectorize_mode 'proceses'.*processes"):
+        PPOConfig.from_dict({"gym_env_vectorize_mode": "proceses"})
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"DQNConfig.num_env_processes"):
+            DQNConfig.from_dict({"num_env_processes": bad})

@@ -332,6 +332,11 @@ class SeedEnvs:
         self.actions, self.continuous, self.nvec = first.actions, first.continuous, first.actions.nvec
         self.obs_shape, self.obs_dtype = first.obs_shape, first.obs_dtype
 
+    @property
+    def backend(self) -> str:
+        """How each seed's envs are stepped (common.VecEnv.backend)."""
+        return self.envs[0].backend
+
     def _joined(self, name: str) -> Any:
         if self.num_seeds == 1:
             return getattr(self.envs[0], name)

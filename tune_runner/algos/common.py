@@ -23,9 +23,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from tune_runner.algos.vector_envs import (
+    NUMPY_VECTOR_ENVS,
+    VECTORIZE_MODES,
+    ProcessVectorEnv,
+    env_step_seconds,
+    numpy_vector_env,
+    processes_pay,
+)
 from tune_runner.errors import unknown_name
 
-VECTORIZE_MODES = ("sync", "async", "vector_entry_point")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
@@ -171,36 +178,53 @@ class Step(NamedTuple):
     valid: np.ndarray
 
 
-def default_vectorize_mode(env_id: str) -> str:
+def default_vectorize_mode(env_id: str, *, processes: int = 1, num_envs: int = 1,
+                           env_config: Mapping[str, Any] | None = None) -> str:
     """`vector_entry_point` where the env registers a numpy-vectorized version or we have one
-    (tune_runner.algos.vector_envs), else `sync`."""
-    from tune_runner.algos.vector_envs import NUMPY_VECTOR_ENVS
-
-    return "vector_entry_point" if gym.spec(env_id).vector_entry_point or env_id in NUMPY_VECTOR_ENVS else "sync"
+    (tune_runner.algos.vector_envs); else `processes` when `processes` (the CPUs a seed's envs may use) is 2 or
+    more and a throwaway instance's step is slow enough for worker processes to pay (vector_envs.processes_pay);
+    else `sync`."""
+    if gym.spec(env_id).vector_entry_point or env_id in NUMPY_VECTOR_ENVS:
+        return "vector_entry_point"
+    workers = min(processes, num_envs)
+    if workers >= 2 and processes_pay(env_step_seconds(env_id, env_config or {}), num_envs=num_envs,
+                                      workers=workers):
+        return "processes"
+    return "sync"
 
 
 def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs: int, seed: int,
-                 vectorize_mode: str | None = None) -> VecEnv:
-    """`num_envs` copies of `env_id` (NEXT_STEP autoreset), reset with `seed`."""
+                 vectorize_mode: str | None = None, processes: int = 1) -> VecEnv:
+    """`num_envs` copies of `env_id` (NEXT_STEP autoreset), reset with `seed`; `processes` worker processes
+    step them in `processes` mode (at most one per env; fewer than 2 is `sync`)."""
     from tune_runner.plugins import ensure_gym_id
 
     ensure_gym_id(env_id)
-    mode = vectorize_mode or default_vectorize_mode(env_id)
+    mode = vectorize_mode or default_vectorize_mode(env_id, processes=processes, num_envs=num_envs,
+                                                    env_config=env_config)
     if mode not in VECTORIZE_MODES:
         raise ValueError(unknown_name("gym_env_vectorize_mode", mode, VECTORIZE_MODES))
     kwargs = dict(env_config or {})
     if mode == "vector_entry_point" and not gym.spec(env_id).vector_entry_point:
-        from tune_runner.algos.vector_envs import numpy_vector_env
-
         ours = numpy_vector_env(env_id, kwargs, num_envs)
         if ours is not None:
             return VecEnv(ours, make=lambda: numpy_vector_env(env_id, kwargs, num_envs), seed=seed)
         mode = "sync"  # an env_config key our version does not take: gymnasium's own envs
+    if mode == "processes" and min(processes, num_envs) < 2:
+        mode = "sync"
     if mode != "vector_entry_point":
         kwargs["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+    if mode == "processes":
+        def share(n: int) -> gym.vector.VectorEnv:
+            return gym.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
+
+        workers = min(processes, num_envs)
+        return VecEnv(ProcessVectorEnv(share, num_envs=num_envs, workers=workers),
+                      make=lambda: ProcessVectorEnv(share, num_envs=num_envs, workers=workers), seed=seed)
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     autoreset = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if autoreset != gym.vector.AutoresetMode.NEXT_STEP:
+        env.close()
         raise ValueError(f"{env_id}: our learners need NEXT_STEP autoreset, but the env uses {autoreset}")
     return VecEnv(env, make=lambda: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs),
                   seed=seed)
@@ -346,6 +370,12 @@ class VecEnv:
         return self.mask is not None
 
     @property
+    def backend(self) -> str:
+        """How the envs are stepped, as gym_env_vectorize_mode names it."""
+        kinds = {ProcessVectorEnv: "processes", gym.vector.AsyncVectorEnv: "async", gym.vector.SyncVectorEnv: "sync"}
+        return next((name for kind, name in kinds.items() if isinstance(self.env, kind)), "vector_entry_point")
+
+    @property
     def continuous(self) -> bool:
         return self.actions.continuous
 
@@ -384,7 +414,8 @@ class VecEnv:
             if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in subs):
                 return None
             return _try_pickle(subs)
-        if isinstance(env, gym.vector.AsyncVectorEnv) or isinstance(env.unwrapped, gym.utils.EzPickle):
+        if isinstance(env, gym.vector.AsyncVectorEnv | ProcessVectorEnv) or isinstance(env.unwrapped,
+                                                                                        gym.utils.EzPickle):
             return None
         return _try_pickle(env)
 

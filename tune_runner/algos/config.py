@@ -99,6 +99,19 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be in {interval}, got {name}={value!r}")
 
 
+def check_vector_env(config: Any) -> None:
+    """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
+    from tune_runner.algos.vector_envs import VECTORIZE_MODES
+
+    name = type(config).__name__
+    mode = config.gym_env_vectorize_mode
+    if mode is not None and mode not in VECTORIZE_MODES:
+        raise ValueError(unknown_name(f"{name}.gym_env_vectorize_mode", mode, VECTORIZE_MODES))
+    if config.num_env_processes is not None:
+        check_positive(config, "num_env_processes")
+        check_integer(config, "num_env_processes")
+
+
 def check_schedule(config: Any, name: str) -> None:
     """`name` is a number > 0, or RLlib's schedule form `[[env_steps, value], ...]`.
 
@@ -172,7 +185,11 @@ class PPOConfig:
     model_config: Mapping[str, Any] = field(default_factory=dict)
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
-    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
+    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers) or vector_entry_point;
+    None picks vector_entry_point where the env has one, else processes when num_env_processes is 2 or more."""
+    num_env_processes: int | None = None
+    """Worker processes stepping each seed's envs in `processes` mode, each its share of them; None: in a trial, its
+    CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
     seed: int = 0
     """Seeds the networks, the envs and every random draw of the learner (seed 0 of num_seeds)."""
     num_seeds: int = 1
@@ -185,6 +202,7 @@ class PPOConfig:
         object.__setattr__(self, "model_config", dict(self.model_config))
         check_model(self.model, self.model_config)
         check_schedule(self, "lr")
+        check_vector_env(self)
         check_finite(self, "log_std_init")
         if self.observation_filter not in OBSERVATION_FILTERS:
             raise ValueError(unknown_name("PPOConfig.observation_filter", self.observation_filter, OBSERVATION_FILTERS))
@@ -265,7 +283,11 @@ class DQNConfig:
     model_config: Mapping[str, Any] = field(default_factory=dict)
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
-    """sync, async or vector_entry_point; None picks vector_entry_point where the env has one."""
+    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers) or vector_entry_point;
+    None picks vector_entry_point where the env has one, else processes when num_env_processes is 2 or more."""
+    num_env_processes: int | None = None
+    """Worker processes stepping each seed's envs in `processes` mode, each its share of them; None: in a trial, its
+    CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
     seed: int = 0
     """Seeds the network, the envs and every random draw of the learner (seed 0 of num_seeds)."""
     num_seeds: int = 1
@@ -283,6 +305,7 @@ class DQNConfig:
             object.__setattr__(self, "epsilon", tuple((int(t), float(v)) for t, v in self.epsilon))
         optional = [n for n in ("training_intensity", "grad_clip") if getattr(self, n) is not None]
         check_schedule(self, "lr")
+        check_vector_env(self)
         check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds", *optional)
         check_integer(self, "num_seeds")

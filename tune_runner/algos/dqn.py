@@ -100,7 +100,8 @@ class DQN(SeedLearnerBase):
         self.seeds = derived_seeds(config.seed, config.num_seeds)
         self.env = env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                         num_envs=config.num_envs_per_env_runner,
-                                                        vectorize_mode=config.gym_env_vectorize_mode)
+                                                        vectorize_mode=config.gym_env_vectorize_mode,
+                                                        processes=config.num_env_processes or 1)
                                            for seed in self.seeds])
         if env.actions.kind != "Discrete":
             env.close()

@@ -173,7 +173,8 @@ class PPO(SeedLearnerBase):
         self.seeds = derived_seeds(config.seed, config.num_seeds)
         self.env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                   num_envs=config.num_envs_per_env_runner,
-                                                  vectorize_mode=config.gym_env_vectorize_mode) for seed in self.seeds])
+                                                  vectorize_mode=config.gym_env_vectorize_mode,
+                                                  processes=config.num_env_processes or 1) for seed in self.seeds])
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.pi, self.vf = self._networks()
         params = [*self.pi.parameters(), *self.vf.parameters()]

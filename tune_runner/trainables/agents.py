@@ -34,7 +34,7 @@ from typing import Any
 from tune_runner.plugins import AGENTS
 from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
 from tune_runner.spec.seeds import DEFAULT_AGGREGATE
-from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins
+from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins, trial_threads
 
 # ppo and dqn are in AGENTS from the start (tune_runner.plugins), as the built-in mlp is in MODELS.
 # Our agents' settings, importable without torch: `tune-rl train --help` lists them without a learner.
@@ -126,6 +126,9 @@ def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", see
     """A learner for one trial config (rollout workers pass a seed offset)."""
     load_trial_plugins(config)
     settings = learner_settings(config)
+    if is_ours(name) and settings.get("num_env_processes") is None and not config.get("num_env_runners") \
+            and not config.get("env_task_fn"):  # a curriculum sets tasks on envs in this process
+        settings["num_env_processes"] = max(1, trial_threads() // int(config.get(SEEDS_KEY, 1)))
     if seed_offset:
         settings["seed"] = int(settings.get("seed", 0)) + seed_offset
     return build(name, settings, env=config["env"], env_config=env_config_of(config), device=device,

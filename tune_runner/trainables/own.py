@@ -83,8 +83,9 @@ class OwnTrainable(tune.Trainable):
         if self.task_fn is not None:
             result.update(self._advance_curriculum(result))
         device = getattr(self.learner, "device", "cpu")
+        backend = getattr(getattr(self.learner, "env", None), "backend", None) if self.runners is None else None
         return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
-                "device": getattr(device, "type", str(device))}
+                "device": getattr(device, "type", str(device)), **({"vector_env": backend} if backend else {})}
 
     def _advance_curriculum(self, result: dict[str, float]) -> dict[str, float]:
         """Set the next task on every env that samples (ours, or the rollout workers'); `task`, their mean."""
