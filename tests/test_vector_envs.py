@@ -4,11 +4,14 @@ Our numpy-vectorized Pendulum-v1: the same seed gives the same starts, observati
 rounding) rewards, and our PPO trains bit for bit the same on either; it is picked by default, and an env_config
 it does not take falls back. The worker processes (`processes` mode, a trial with several CPUs): the same numbers
 as one SyncVectorEnv, any split of the envs; our PPO and DQN train bit for bit the same; a worker's error reaches
-the learner in one line, and no worker outlives its env or the process that started it.
+the learner in one line, and no worker outlives its env or the process that started it. EnvPool (where it is
+installed; CI has not: pip install envpool): picked for an id only it vectorizes, its episodes statistically
+those of gymnasium's envs, its autoreset our NEXT_STEP contract; where it is not, asking for it is refused.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import gymnasium as gym
@@ -21,6 +24,8 @@ from tune_runner.algos.common import default_vectorize_mode, make_vec_env
 from tune_runner.algos.vector_envs import PendulumVectorEnv, ProcessVectorEnv, env_step_seconds, processes_pay
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
+needs_envpool = pytest.mark.skipif(not HAS_ENVPOOL, reason="EnvPool is not installed (pip install envpool)")
 
 
 def gymnasiums(num_envs: int, **kwargs) -> gym.vector.VectorEnv:
@@ -61,7 +66,7 @@ def test_our_ppo_trains_bit_for_bit_the_same_on_either_backend():
 def test_pendulum_takes_ours_by_default_and_gymnasiums_for_a_key_ours_lacks():
     assert default_vectorize_mode("Pendulum-v1") == "vector_entry_point"
     assert default_vectorize_mode("Pendulum-v1", processes=4) == "vector_entry_point"
-    assert default_vectorize_mode("Acrobot-v1") == "sync"
+    assert default_vectorize_mode("Acrobot-v1") == ("envpool" if HAS_ENVPOOL else "sync")
     assert isinstance(make_vec_env("Pendulum-v1", env_config={"g": 5.0}, num_envs=2, seed=0).env, PendulumVectorEnv)
     fallback = make_vec_env("Pendulum-v1", env_config={"render_mode": "rgb_array"}, num_envs=2, seed=0)
     assert isinstance(fallback.env, gym.vector.SyncVectorEnv)
@@ -217,3 +222,64 @@ def test_a_bad_mode_or_process_count_is_refused_by_the_config():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"DQNConfig.num_env_processes"):
             DQNConfig.from_dict({"num_env_processes": bad})
+
+
+# ---- EnvPool ------------------------------------------------------------------------------------------------------
+
+
+
+@pytest.mark.skipif(HAS_ENVPOOL, reason="EnvPool is installed here")
+def test_asking_for_envpool_without_it_is_refused_with_the_pip_line():
+    with pytest.raises(ValueError, match=r"PPOConfig.gym_env_vectorize_mode envpool: EnvPool is not installed; "
+                                         r"pip install envpool"):
+        PPOConfig.from_dict({"gym_env_vectorize_mode": "envpool"})
+    with pytest.raises(ValueError, match=r"EnvPool is not installed; pip install envpool"):
+        make_vec_env("Acrobot-v1", env_config=None, num_envs=2, seed=0, vectorize_mode="envpool")
+    assert default_vectorize_mode("Acrobot-v1", processes=1, num_envs=8) == "sync"
+
+
+def episode_lengths(env, episodes: int, seed: int) -> np.ndarray:
+    """Lengths of the first `episodes` episodes a uniformly random policy plays in a NEXT_STEP vector env."""
+    rng, lengths = np.random.default_rng(seed), []
+    env.reset(seed=seed)
+    running = np.zeros(env.num_envs, dtype=int)
+    resetting = np.zeros(env.num_envs, dtype=bool)
+    while len(lengths) < episodes:
+        _, rewards, terminated, truncated, _ = env.step(rng.integers(0, 2, env.num_envs))
+        assert not rewards[resetting].any()  # the autoreset step: reward 0, no transition
+        running += ~resetting
+        ended = terminated | truncated
+        lengths += running[ended].tolist()
+        running[ended] = 0
+        resetting = ended
+    return np.array(lengths[:episodes])
+
+
+@needs_envpool
+def test_envpool_is_picked_where_only_it_vectorizes_and_its_episodes_are_gymnasiums():
+    assert default_vectorize_mode("Acrobot-v1", processes=1, num_envs=8) == "envpool"
+    assert default_vectorize_mode("CartPole-v1", processes=1, num_envs=8) == "vector_entry_point"
+    assert default_vectorize_mode("Acrobot-v1", num_envs=8, env_config={"max_episode_steps": 50}) == "sync"
+    with pytest.raises(ValueError, match=r"EnvPool has no env 'tests/Instant-v0'"):
+        make_vec_env("tests/Instant-v0", env_config=None, num_envs=2, seed=0, vectorize_mode="envpool")
+    envpools = make_vec_env("CartPole-v1", env_config=None, num_envs=16, seed=3, vectorize_mode="envpool")
+    assert envpools.backend == "envpool"
+    ours = episode_lengths(envpools.env, 2000, seed=3)
+    envpools.close()
+    theirs = episode_lengths(sync_env("CartPole-v1", 16), 2000, seed=3)
+    # Random CartPole episodes last ~22 steps (sd ~12): their means within 4 standard errors of the difference.
+    se = np.sqrt(ours.var() / len(ours) + theirs.var() / len(theirs))
+    assert abs(ours.mean() - theirs.mean()) < 4 * se, (ours.mean(), theirs.mean(), se)
+    assert 15 < ours.mean() < 30
+
+
+@needs_envpool
+def test_our_ppo_learns_on_envpools_envs():
+    config = PPOConfig.from_dict({"num_envs_per_env_runner": 8, "train_batch_size": 1024, "minibatch_size": 256,
+                                  "num_epochs": 4, "lr": 3e-3, "seed": 0})
+    learner = PPO(config, env_id="Acrobot-v1")  # no numpy version: EnvPool by default
+    assert learner.env.backend == "envpool"
+    while learner.env_steps < 40_000:
+        result = learner.train_iteration()
+    learner.close()
+    assert result["episode_return_mean"] > -300  # a random policy's episodes run out at 500 steps: -500

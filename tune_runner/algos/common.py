@@ -26,8 +26,10 @@ from torch import nn
 from tune_runner.algos.vector_envs import (
     NUMPY_VECTOR_ENVS,
     VECTORIZE_MODES,
+    EnvPoolVectorEnv,
     ProcessVectorEnv,
     env_step_seconds,
+    envpool_has,
     numpy_vector_env,
     processes_pay,
 )
@@ -180,12 +182,15 @@ class Step(NamedTuple):
 
 def default_vectorize_mode(env_id: str, *, processes: int = 1, num_envs: int = 1,
                            env_config: Mapping[str, Any] | None = None) -> str:
-    """`vector_entry_point` where the env registers a numpy-vectorized version or we have one
-    (tune_runner.algos.vector_envs); else `processes` when `processes` (the CPUs a seed's envs may use) is 2 or
+    """The fastest way we know to step `env_id`: `vector_entry_point` where the env registers a numpy-vectorized
+    version or we have one (tune_runner.algos.vector_envs); else `envpool` where EnvPool is installed and has the
+    id (and no env_config is set); else `processes` when `processes` (the CPUs a seed's envs may use) is 2 or
     more and a throwaway instance's step is slow enough for worker processes to pay (vector_envs.processes_pay);
     else `sync`."""
     if gym.spec(env_id).vector_entry_point or env_id in NUMPY_VECTOR_ENVS:
         return "vector_entry_point"
+    if envpool_has(env_id, env_config or {}):
+        return "envpool"
     workers = min(processes, num_envs)
     if workers >= 2 and processes_pay(env_step_seconds(env_id, env_config or {}), num_envs=num_envs,
                                       workers=workers):
@@ -212,6 +217,12 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         mode = "sync"  # an env_config key our version does not take: gymnasium's own envs
     if mode == "processes" and min(processes, num_envs) < 2:
         mode = "sync"
+    if mode == "envpool":
+        if not envpool_has(env_id, kwargs):
+            raise ValueError(f"gym_env_vectorize_mode envpool: {_no_envpool(env_id, kwargs)}")
+        threads = max(1, processes)
+        return VecEnv(EnvPoolVectorEnv(env_id, num_envs=num_envs, threads=threads),
+                      make=lambda: EnvPoolVectorEnv(env_id, num_envs=num_envs, threads=threads), seed=seed)
     if mode != "vector_entry_point":
         kwargs["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
     if mode == "processes":
@@ -228,6 +239,17 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         raise ValueError(f"{env_id}: our learners need NEXT_STEP autoreset, but the env uses {autoreset}")
     return VecEnv(env, make=lambda: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs),
                   seed=seed)
+
+
+def _no_envpool(env_id: str, env_config: Mapping[str, Any]) -> str:
+    """Why EnvPool cannot step `env_id` here, with the fix."""
+    import importlib.util
+
+    if importlib.util.find_spec("envpool") is None:
+        return "EnvPool is not installed; pip install envpool, or leave gym_env_vectorize_mode unset"
+    if env_config:
+        return f"EnvPool takes no env_config here (got {sorted(env_config)}); leave gym_env_vectorize_mode unset"
+    return f"EnvPool has no env {env_id!r} (envpool.list_all_envs()); leave gym_env_vectorize_mode unset"
 
 
 def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -372,7 +394,8 @@ class VecEnv:
     @property
     def backend(self) -> str:
         """How the envs are stepped, as gym_env_vectorize_mode names it."""
-        kinds = {ProcessVectorEnv: "processes", gym.vector.AsyncVectorEnv: "async", gym.vector.SyncVectorEnv: "sync"}
+        kinds = {ProcessVectorEnv: "processes", EnvPoolVectorEnv: "envpool", gym.vector.AsyncVectorEnv: "async",
+                 gym.vector.SyncVectorEnv: "sync"}
         return next((name for kind, name in kinds.items() if isinstance(self.env, kind)), "vector_entry_point")
 
     @property
@@ -414,8 +437,8 @@ class VecEnv:
             if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in subs):
                 return None
             return _try_pickle(subs)
-        if isinstance(env, gym.vector.AsyncVectorEnv | ProcessVectorEnv) or isinstance(env.unwrapped,
-                                                                                        gym.utils.EzPickle):
+        if isinstance(env, gym.vector.AsyncVectorEnv | ProcessVectorEnv | EnvPoolVectorEnv) or isinstance(
+                env.unwrapped, gym.utils.EzPickle):
             return None
         return _try_pickle(env)
 

@@ -107,6 +107,11 @@ def check_vector_env(config: Any) -> None:
     mode = config.gym_env_vectorize_mode
     if mode is not None and mode not in VECTORIZE_MODES:
         raise ValueError(unknown_name(f"{name}.gym_env_vectorize_mode", mode, VECTORIZE_MODES))
+    import importlib.util
+
+    if mode == "envpool" and importlib.util.find_spec("envpool") is None:
+        raise ValueError(f"{name}.gym_env_vectorize_mode envpool: EnvPool is not installed; pip install envpool, "
+                         f"or leave gym_env_vectorize_mode unset")
     if config.num_env_processes is not None:
         check_positive(config, "num_env_processes")
         check_integer(config, "num_env_processes")
@@ -185,11 +190,11 @@ class PPOConfig:
     model_config: Mapping[str, Any] = field(default_factory=dict)
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
-    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers) or vector_entry_point;
-    None picks vector_entry_point where the env has one, else processes when num_env_processes is 2 or more."""
+    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
+    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
     num_env_processes: int | None = None
-    """Worker processes stepping each seed's envs in `processes` mode, each its share of them; None: in a trial, its
-    CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
+    """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
+    None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
     seed: int = 0
     """Seeds the networks, the envs and every random draw of the learner (seed 0 of num_seeds)."""
     num_seeds: int = 1
@@ -283,11 +288,11 @@ class DQNConfig:
     model_config: Mapping[str, Any] = field(default_factory=dict)
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
-    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers) or vector_entry_point;
-    None picks vector_entry_point where the env has one, else processes when num_env_processes is 2 or more."""
+    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
+    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
     num_env_processes: int | None = None
-    """Worker processes stepping each seed's envs in `processes` mode, each its share of them; None: in a trial, its
-    CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
+    """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
+    None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
     seed: int = 0
     """Seeds the network, the envs and every random draw of the learner (seed 0 of num_seeds)."""
     num_seeds: int = 1

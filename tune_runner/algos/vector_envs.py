@@ -7,6 +7,11 @@ steps them as arrays, with gymnasium's dynamics and dtypes op for op, NEXT_STEP 
 200-step limit. Each env keeps its own generator, seeded as SyncVectorEnv seeds its envs (seed + i),
 so both draw the same starting states; tests/test_vector_envs.py holds the two to the same numbers.
 
+`EnvPoolVectorEnv` steps EnvPool's C++ envs (pip install envpool) in its own threads, one per CPU of the
+trial; it is picked for an id EnvPool has where neither gymnasium nor we vectorize it with numpy. Its envs are
+EnvPool's own implementations, seeded its own way: the same seed does not give gymnasium's numbers, only the
+same dynamics (tests/test_vector_envs.py compares their episodes statistically).
+
 `ProcessVectorEnv` is for a trial with several CPUs and an env without a numpy version: one worker
 process per CPU, each a SyncVectorEnv of its contiguous share of the envs, seeded as that share's envs
 are in one SyncVectorEnv. gymnasium's AsyncVectorEnv starts a process per env (16 for 16 envs on 2 CPUs)
@@ -29,7 +34,7 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector.utils import batch_space
 
-VECTORIZE_MODES = ("sync", "async", "processes", "vector_entry_point")  # gym_env_vectorize_mode (common.make_vec_env)
+VECTORIZE_MODES = ("sync", "async", "processes", "vector_entry_point", "envpool")  # gym_env_vectorize_mode
 MAX_SPEED, MAX_TORQUE, DT, MASS, LENGTH = 8.0, 2.0, 0.05, 1.0, 1.0
 START = np.array([np.pi, 1.0])  # gymnasium's DEFAULT_X, DEFAULT_Y: uniform in [-START, START]
 
@@ -103,6 +108,55 @@ def numpy_vector_env(env_id: str, env_config: Mapping[str, Any], num_envs: int) 
     return entry[0](num_envs, **env_config)
 
 
+def envpool_has(env_id: str, env_config: Mapping[str, Any]) -> bool:
+    """Whether EnvPool is installed and has `env_id`, for an env without env_config (EnvPool takes its own keys)."""
+    import importlib.util
+
+    if env_config or importlib.util.find_spec("envpool") is None:
+        return False
+    import envpool
+
+    return env_id in envpool.list_all_envs()
+
+
+class EnvPoolVectorEnv(gym.vector.VectorEnv):
+    """EnvPool's `num_envs` envs of `env_id` as a NEXT_STEP vector env, stepped by `threads` C++ threads.
+
+    EnvPool resets an env on the step after its episode ended (that step's reward 0, its action ignored): the
+    NEXT_STEP contract. Its seeds are fixed when it is built (it ignores reset's seed), so a reset with a seed
+    builds it again with that seed.
+    """
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, env_id: str, *, num_envs: int, threads: int = 1) -> None:
+        import envpool
+
+        self.env_id, self.num_envs, self.threads, self.closed = env_id, num_envs, threads, False
+        self._make = lambda seed: envpool.make_gymnasium(env_id, num_envs=num_envs, num_threads=threads, seed=seed)
+        self.pool = self._make(0)
+        self.single_observation_space, self.single_action_space = self.pool.observation_space, self.pool.action_space
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict]:
+        if seed is not None:
+            self.pool.close()
+            self.pool = self._make(seed)
+        return self.pool.reset()[0], {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        if isinstance(self.single_action_space, gym.spaces.Discrete):
+            actions = np.asarray(actions, dtype=np.int32)
+        obs, rewards, terminated, truncated, _ = self.pool.step(actions)
+        return obs, rewards, terminated, truncated, {}
+
+    def close(self, **kwargs: Any) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pool.close()
+
+
 # The cost model of `processes_pay`, measured with tests' busy-waiting envs and Acrobot-v1 on this project's 2-vCPU
 # machine (bench/vector_envs.py): a vector step in workers costs each worker's share of the env steps, 15% slower
 # than in one process, plus a pipe round trip per worker; the workers must win by 20% to be worth their processes.
@@ -120,21 +174,24 @@ def processes_pay(step_s: float, *, num_envs: int, workers: int) -> bool:
 
 def env_step_seconds(env_id: str, env_config: Mapping[str, Any], *, budget_s: float = 0.05,
                      max_steps: int = 50) -> float:
-    """Seconds a step of a throwaway instance of the env takes (random actions, after one untimed step): what
+    """Seconds a step of a throwaway instance of the env takes (random actions, after one untimed step; the median
+    of at most `max_steps` steps within `budget_s`, so a preemption or a GC pause does not count): what
     `processes_pay` weighs. The instance and its seed are its own; the trial's envs are not touched."""
     env = gym.make(env_id, **env_config)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        steps, start = -1, 0.0
-        while steps < max_steps and (steps < 1 or time.perf_counter() - start < budget_s):
+        times: list[float] = []
+        first, start = True, time.perf_counter()
+        while len(times) < max_steps and (len(times) < 3 or time.perf_counter() - start < budget_s):
+            begin = time.perf_counter()
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if not first:
+                times.append(time.perf_counter() - begin)
+            first = False
             if terminated or truncated:
                 env.reset()
-            steps += 1
-            if steps == 0:
-                start = time.perf_counter()
-        return (time.perf_counter() - start) / steps
+        return float(np.median(times))
     finally:
         env.close()
 
