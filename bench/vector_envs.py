@@ -1,5 +1,6 @@
-"""Env steps/s of our PPO's sampling with its envs in worker processes (`processes`, issue 18) against the same
-envs stepped in the learner's process (`sync`), in the same run, for envs without a numpy-vectorized version.
+"""Env steps/s of our PPO's sampling with its envs in worker processes (`processes`, issue 18) and, where it is
+installed and has the env, in EnvPool's C++ threads (`envpool`), against the same envs stepped in the learner's
+process (`sync`), in the same run, for envs without a numpy-vectorized version.
 
     .venv/bin/python bench/vector_envs.py [--repeats 5] [--steps 16384] [--workers 2] [--envs Acrobot-v1 ...]
 
@@ -79,21 +80,28 @@ def main() -> None:
     print(f"{CONFIG['num_envs_per_env_runner']} envs; processes mode with {args.workers} workers; medians of "
           f"{args.repeats} repetitions of {args.steps:,} env steps\n")
     from tune_runner.algos.common import default_vectorize_mode
+    from tune_runner.algos.vector_envs import envpool_has
 
-    print("| env | sync env steps/s | processes env steps/s | processes / sync | picked by default |")
-    print("|:--|--:|--:|--:|:--|")
+    print("| env | sync env steps/s | processes env steps/s | processes / sync | envpool env steps/s | envpool / sync "
+          "| picked by default |")
+    print("|:--|--:|--:|--:|--:|--:|:--|")
     for env_id in args.envs:
         runs: dict[str, list[float]] = {"sync": [], "processes": []}
+        if envpool_has(env_id, {}):
+            runs["envpool"] = []
         try:
             for _ in range(args.repeats):
                 for mode in runs:
                     runs[mode].append(measure(env_id, mode=mode, workers=args.workers, steps=args.steps))
         except Exception as exc:  # noqa: BLE001 - an env this machine cannot build: say so, go on
-            print(f"| {env_id} | skipped: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:80]} | | | |")
+            print(f"| {env_id} | skipped: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:80]} | | | | | |")
             continue
-        sync, processes = (statistics.median(runs[mode]) for mode in ("sync", "processes"))
+        sps = {mode: statistics.median(values) for mode, values in runs.items()}
+        envpool = (f"{sps['envpool']:,.0f} | {sps['envpool'] / sps['sync']:.2f}" if "envpool" in sps
+                   else "not installed or no such env | ")
         picked = default_vectorize_mode(env_id, processes=args.workers, num_envs=CONFIG["num_envs_per_env_runner"])
-        print(f"| {env_id} | {sync:,.0f} | {processes:,.0f} | {processes / sync:.2f} | {picked} |")
+        print(f"| {env_id} | {sps['sync']:,.0f} | {sps['processes']:,.0f} | {sps['processes'] / sps['sync']:.2f} | "
+              f"{envpool} | {picked} |")
 
 
 if __name__ == "__main__":
