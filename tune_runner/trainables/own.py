@@ -83,7 +83,8 @@ class OwnTrainable(tune.Trainable):
         if self.task_fn is not None:
             result.update(self._advance_curriculum(result))
         device = getattr(self.learner, "device", "cpu")
-        backend = getattr(getattr(self.learner, "env", None), "backend", None) if self.runners is None else None
+        # How the envs are stepped; rollout workers build theirs by the same rule as this learner (one process each)
+        backend = getattr(getattr(self.learner, "env", None), "backend", None)
         return {**result, **audit_result(self.config, self.applied()), "node_id": node_id(),
                 "device": getattr(device, "type", str(device)), **({"vector_env": backend} if backend else {})}
 
