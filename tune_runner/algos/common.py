@@ -30,6 +30,7 @@ from tune_runner.algos.vector_envs import (
     ProcessVectorEnv,
     env_step_seconds,
     envpool_has,
+    envpool_refusal,
     numpy_vector_env,
     processes_pay,
 )
@@ -215,11 +216,13 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         if ours is not None:
             return VecEnv(ours, make=lambda: numpy_vector_env(env_id, kwargs, num_envs), seed=seed)
         mode = "sync"  # an env_config key our version does not take: gymnasium's own envs
-    if mode == "processes" and min(processes, num_envs) < 2:
+    workers = min(processes, num_envs)
+    if mode == "processes" and workers < 2:
         mode = "sync"
     if mode == "envpool":
-        if not envpool_has(env_id, kwargs):
-            raise ValueError(f"gym_env_vectorize_mode envpool: {_no_envpool(env_id, kwargs)}")
+        refusal = envpool_refusal(env_id, kwargs) if vectorize_mode else None  # the default picked it: it can
+        if refusal:
+            raise ValueError(f"gym_env_vectorize_mode envpool: {refusal}")
         threads = max(1, processes)
         return VecEnv(EnvPoolVectorEnv(env_id, num_envs=num_envs, threads=threads),
                       make=lambda: EnvPoolVectorEnv(env_id, num_envs=num_envs, threads=threads), seed=seed)
@@ -229,7 +232,6 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         def share(n: int) -> gym.vector.VectorEnv:
             return gym.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
 
-        workers = min(processes, num_envs)
         return VecEnv(ProcessVectorEnv(share, num_envs=num_envs, workers=workers),
                       make=lambda: ProcessVectorEnv(share, num_envs=num_envs, workers=workers), seed=seed)
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
@@ -239,17 +241,6 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         raise ValueError(f"{env_id}: our learners need NEXT_STEP autoreset, but the env uses {autoreset}")
     return VecEnv(env, make=lambda: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs),
                   seed=seed)
-
-
-def _no_envpool(env_id: str, env_config: Mapping[str, Any]) -> str:
-    """Why EnvPool cannot step `env_id` here, with the fix."""
-    import importlib.util
-
-    if importlib.util.find_spec("envpool") is None:
-        return "EnvPool is not installed; pip install envpool, or leave gym_env_vectorize_mode unset"
-    if env_config:
-        return f"EnvPool takes no env_config here (got {sorted(env_config)}); leave gym_env_vectorize_mode unset"
-    return f"EnvPool has no env {env_id!r} (envpool.list_all_envs()); leave gym_env_vectorize_mode unset"
 
 
 def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:

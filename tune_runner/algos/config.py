@@ -101,17 +101,15 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
 
 def check_vector_env(config: Any) -> None:
     """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
-    from tune_runner.algos.vector_envs import VECTORIZE_MODES
+    from tune_runner.algos.vector_envs import VECTORIZE_MODES, envpool_refusal
 
     name = type(config).__name__
     mode = config.gym_env_vectorize_mode
     if mode is not None and mode not in VECTORIZE_MODES:
         raise ValueError(unknown_name(f"{name}.gym_env_vectorize_mode", mode, VECTORIZE_MODES))
-    import importlib.util
-
-    if mode == "envpool" and importlib.util.find_spec("envpool") is None:
-        raise ValueError(f"{name}.gym_env_vectorize_mode envpool: EnvPool is not installed; pip install envpool, "
-                         f"or leave gym_env_vectorize_mode unset")
+    refusal = envpool_refusal(None, {}) if mode == "envpool" else None  # which env is not known here
+    if refusal:
+        raise ValueError(f"{name}.gym_env_vectorize_mode envpool: {refusal}")
     if config.num_env_processes is not None:
         check_positive(config, "num_env_processes")
         check_integer(config, "num_env_processes")

@@ -108,15 +108,28 @@ def numpy_vector_env(env_id: str, env_config: Mapping[str, Any], num_envs: int) 
     return entry[0](num_envs, **env_config)
 
 
-def envpool_has(env_id: str, env_config: Mapping[str, Any]) -> bool:
-    """Whether EnvPool is installed and has `env_id`, for an env without env_config (EnvPool takes its own keys)."""
+def envpool_refusal(env_id: str | None, env_config: Mapping[str, Any]) -> str | None:
+    """Why EnvPool cannot step `env_id` with `env_config` here, with the fix; None when it can. With env_id None,
+    only whether EnvPool is installed."""
     import importlib.util
 
-    if env_config or importlib.util.find_spec("envpool") is None:
-        return False
+    leave = "leave gym_env_vectorize_mode unset"
+    if importlib.util.find_spec("envpool") is None:
+        return f"EnvPool is not installed; pip install envpool, or {leave}"
+    if env_config:  # EnvPool takes its own keys, not gymnasium's
+        return f"EnvPool takes no env_config here (got {sorted(env_config)}); {leave}"
+    if env_id is None:
+        return None
     import envpool
 
-    return env_id in envpool.list_all_envs()
+    if env_id not in envpool.list_all_envs():
+        return f"EnvPool has no env {env_id!r} (envpool.list_all_envs()); {leave}"
+    return None
+
+
+def envpool_has(env_id: str, env_config: Mapping[str, Any]) -> bool:
+    """Whether EnvPool is installed and has `env_id`, for an env without env_config."""
+    return envpool_refusal(env_id, env_config) is None
 
 
 class EnvPoolVectorEnv(gym.vector.VectorEnv):
@@ -280,10 +293,6 @@ class ProcessVectorEnv(gym.vector.VectorEnv):
                 process.kill()
                 process.join()
             pipe.close()
-
-    def __del__(self) -> None:
-        if not getattr(self, "closed", True):
-            self.close()
 
 
 def _joined(parts: list[Any]) -> Any:
