@@ -79,7 +79,8 @@ def draw(name: str, count: int = 24) -> list[dict]:
     from tune_runner.search.searchers import build_searcher
 
     space = params()
-    searcher = build_searcher(Component(name, {"seed": 3}), params=space, where="f.yaml")
+    searcher = build_searcher(Component(name, {"seed": 3}), params=space, where="f.yaml", budget=9000,
+                              num_samples=count)
     if name in ("random", "grid"):
         from ray.tune.experiment import Experiment
 
@@ -93,10 +94,11 @@ def draw(name: str, count: int = 24) -> list[dict]:
     return configs
 
 
-@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb"])
+@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac"])
 def test_each_searcher_gives_exactly_the_active_parameters(name, forbid_ray):
     configs = draw(name)
     for config in configs:
+        config.pop("tune_rl_budget", None)  # smac's own per-trial budget (tests/test_smac_search.py)
         assert set(config) == expected_keys(config), config
         assert isinstance(config["net"], list) and config["use_target_network"] in (True, False)
     # both sides of every condition were tried: the conditions are not trivially always on or off
@@ -210,7 +212,7 @@ def test_importances_use_every_trial_for_the_parameters_all_of_them_have():
     assert max(scores, key=scores.get) == "x"  # the return is x's alone
 
 
-@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb"])
+@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac"])
 def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_path, forbid_ray):
     """Tune saves the search algorithm with the experiment and a resume restores it: the restored searcher
     goes on with the active parameters only."""
@@ -218,7 +220,7 @@ def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_
 
     from tune_runner.search.searchers import build_searcher
 
-    searcher = build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml")
+    searcher = build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml", budget=9000)
     if name == "random":
         import pickle
 
@@ -228,8 +230,10 @@ def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_
     for i in range(3):
         searcher.suggest(f"t{i}")
     generator.save_to_dir(str(tmp_path), session_str="s")
-    restored = SearchGenerator(build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml"))
+    restored = SearchGenerator(build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml",
+                                              budget=9000))
     restored.restore_from_dir(str(tmp_path))
     for i in range(3, 9):
         config = restored.searcher.suggest(f"t{i}")
+        config.pop("tune_rl_budget", None)
         assert set(config) == expected_keys(config), config

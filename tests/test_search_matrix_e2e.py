@@ -45,6 +45,7 @@ SEARCHERS = [
     ("optuna-cmaes", {"name": "optuna", "sampler": "cmaes", "seed": 1, "n_startup_trials": 4}, "fifo"),
     ("hyperopt", {"name": "hyperopt", "seed": 1, "n_initial_points": 4}, "fifo"),
     ("bohb", {"name": "bohb", "seed": 1}, "bohb"),
+    ("smac", {"name": "smac", "seed": 1}, "fifo"),
 ]
 
 
@@ -64,6 +65,13 @@ def test_each_searcher_heads_for_the_oracle_optimum(label, searcher, scheduler, 
     assert best.trial_id in best_line
     # Every searcher gets near the optimum (500 at it, 389 half a unit away) ...
     assert max(peaks) > 400, sorted(peaks)
+    if label == "smac":  # SMAC's Hyperband gave the trials budgets of their own, up to the space's 6000 env steps
+        budgets = sorted({t.config["tune_rl_budget"] for t in trials})
+        assert len(budgets) >= 2 and budgets[-1] == 6000, budgets
+        assert all(t.last_result["env_steps"] == -(-t.config["tune_rl_budget"] // 1000) * 1000 for t in trials)
+        assert "16 done" in result.out  # ended at their own budgets: done, not stopped early
+        exported = yaml.safe_load((_isolated_home / "results" / label / "best.yaml").read_text())
+        assert "tune_rl_budget" not in exported["config"], exported["config"]
     if label == "random":
         return
     # ... and a model-based one, once past its 4 random startup points, suggests good configs

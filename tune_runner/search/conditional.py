@@ -221,19 +221,23 @@ class IndexedBOHB(TuneBOHB):
 
     def suggest(self, trial_id: str) -> dict | None:
         config = super().suggest(trial_id)
-        if not isinstance(config, dict):
-            return config
-        out = copy.deepcopy(config)
-        for param in self.params:
-            if param.name not in out:
-                continue
-            if param.dist in LIST_DISTS:
-                out[param.name] = _thaw(param.args[int(out[param.name])])
-            elif param.dist == "randint":
-                out[param.name] = int(out[param.name])
-            elif param.dist == "quniform":
-                step = param.args[2]
-                out[param.name] = float(round(round(out[param.name] / step) * step, 12))
-            else:
-                out[param.name] = float(out[param.name])
-        return out
+        return from_config_space(self.params, config) if isinstance(config, dict) else config
+
+
+def from_config_space(params: Sequence[Param], config: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of config_space's as the trial's values: a choice's own value for its index, ints as
+    ints, quniform's step applied (as Ray's conversion of a plain space does not)."""
+    out = copy.deepcopy(config)
+    for param in params:
+        if param.name not in out:
+            continue
+        if param.dist in LIST_DISTS:
+            out[param.name] = _thaw(param.args[int(out[param.name])])
+        elif param.dist == "randint":
+            out[param.name] = int(out[param.name])
+        elif param.dist == "quniform":
+            step = param.args[2]
+            out[param.name] = float(round(round(out[param.name] / step) * step, 12))
+        else:
+            out[param.name] = float(out[param.name])
+    return out

@@ -38,8 +38,10 @@ class Prepared:
 
     @property
     def owns_space(self) -> bool:
-        """The searcher holds the searched parameters itself (a conditional space in optuna, hyperopt or
-        bohb): Tune's param_space then carries the fixed values only."""
+        """The searcher holds the searched parameters itself (smac always, a conditional space in optuna,
+        hyperopt or bohb): Tune's param_space then carries the fixed values only."""
+        if self.spec.searcher.name == "smac":
+            return True
         return self.spec.conditional and self.spec.searcher.name not in ("random", "grid")
 
 
@@ -114,7 +116,8 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
         spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
         time_attrs=trainable.time_attrs, seed=spec.searcher.settings.get("seed"))
     searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
-                                        metric=spec.metric, mode=spec.mode)
+                                        metric=spec.metric, mode=spec.mode, budget=spec.budget_env_steps,
+                                        num_samples=spec.num_trials)
     return Prepared(spec, trainable, trainable.trainable_class(), searcher, scheduler,
                     population=scheduler_type.population)
 

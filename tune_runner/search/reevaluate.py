@@ -92,7 +92,9 @@ def _space(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, firs
     `seeds_per_trial` seeds from `first_seed` in one trial)."""
     from ray import tune
 
-    keys = sorted({key for c in picks for key in c.config if key not in ("seed", *reserved.SEED_KEYS)})
+    # A candidate is re-trained at the space's budget, not at the share of it a multi-fidelity searcher gave it.
+    left_out = ("seed", *reserved.SEED_KEYS, reserved.BUDGET_KEY)
+    keys = sorted({key for c in picks for key in c.config if key not in left_out})
     space: dict[str, Any] = {"env": spec.env, "env_config": dict(spec.env_config),
                              CANDIDATE_KEY: tune.grid_search(list(range(len(picks))))}
     if batched:

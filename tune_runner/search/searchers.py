@@ -1,4 +1,4 @@
-"""Search algorithms by name: `random`, `grid`, `optuna` (TPE or CMA-ES), `hyperopt` (TPE), `bohb`.
+"""Search algorithms by name: `random`, `grid`, `optuna` (TPE or CMA-ES), `hyperopt` (TPE), `bohb`, `smac`.
 
 Settings every searcher takes:
 
@@ -36,13 +36,15 @@ class SearcherType:
     """Builds one kind of searcher from (settings, params, points); `accepts` lists its own settings.
 
     `model_based`: it learns from results, so a grid makes no sense with it; `scheduler`:
-    the one scheduler type it must run with (BOHB's pair).
+    the one scheduler type it must run with (BOHB's pair); `fidelity`: built with the budget
+    and the metric, it gives each trial its own budget (search/smac_search.py).
     """
 
     build: Callable[[dict, tuple[Param, ...], list[dict]], Any]
     accepts: Callable[[dict], list[str]]
     model_based: bool
     scheduler: str | None = None
+    fidelity: bool = False  # it picks each trial's env-step budget itself, and holds the space (smac)
 
 
 def _random(settings: dict, params: tuple[Param, ...], points: list[dict]) -> Any:
@@ -90,6 +92,12 @@ def _bohb(settings: dict, params: tuple[Param, ...], points: list[dict]) -> Any:
     return TuneBOHB(seed=settings.get("seed"), points_to_evaluate=points or None, **options)
 
 
+def _smac(settings: dict, params: tuple[Param, ...], points: list[dict], **context: Any) -> Any:
+    from tune_runner.search.smac_search import smac_searcher
+
+    return smac_searcher(settings, params, points, **context)
+
+
 SEARCHERS: Registry[SearcherType] = Registry("searcher")
 SEARCHERS.register("random", SearcherType(_random, lambda s: [], model_based=False))
 SEARCHERS.register("grid", SearcherType(_random, lambda s: [], model_based=False))
@@ -97,6 +105,8 @@ SEARCHERS.register("optuna", SearcherType(_optuna, _optuna_settings, model_based
 SEARCHERS.register("hyperopt", SearcherType(_hyperopt, lambda s: ["n_initial_points", "gamma"], model_based=True))
 SEARCHERS.register("bohb", SearcherType(_bohb, lambda s: ["bohb_config", "max_concurrent"], model_based=True,
                                         scheduler="bohb"))
+SEARCHERS.register("smac", SearcherType(_smac, lambda s: ["eta", "min_budget"], model_based=True,
+                                        scheduler="fifo", fidelity=True))
 
 
 # Searchers the field uses that tune-rl leaves out, and why (checked with pip on this project's pins, 2026-11):
@@ -105,7 +115,6 @@ NOT_AVAILABLE = {
     "hebo": "HEBO pins numpy below 1.25, and pip would replace the numpy 2 that Ray and torch here use with 1.24.4",
     "dehb": "DEHB 0.1.2 pins numpy 1.x, and pip would replace the numpy 2 that Ray and torch here use with 1.26.4",
     "nevergrad": "nevergrad 1.0 deadlocked or crashed with numpy 2.4 when we tried Ray Tune's NevergradSearch",
-    "smac": "SMAC3 has no Ray Tune searcher and ours (its multi-fidelity facade on env-step rungs) is not written yet",
     "ax": "Ray Tune's AxSearch has not been tried with Ax 1.x (ax-platform 1.3) here",
 }
 
@@ -113,7 +122,7 @@ NOT_AVAILABLE = {
 def searcher_type(component: Component, *, where: str) -> SearcherType:
     if component.name in NOT_AVAILABLE and component.name not in SEARCHERS:
         raise UserError(f"{where}: searcher: {component.name!r} is not available in tune-rl: "
-                        f"{NOT_AVAILABLE[component.name]}; use optuna (TPE or CMA-ES), hyperopt or bohb")
+                        f"{NOT_AVAILABLE[component.name]}; use optuna (TPE or CMA-ES), hyperopt, bohb or smac")
     try:
         return SEARCHERS.get(component.name)
     except UserError as exc:
@@ -132,8 +141,10 @@ def grid_space(params: tuple[Param, ...], *, where: str) -> tuple[Param, ...]:
 
 
 def build_searcher(component: Component, *, params: tuple[Param, ...], where: str,
-                   storage: Path | None = None, metric: str = "episode_return_mean", mode: str = "max") -> Any:
-    """The Tune search algorithm for a spec's searcher component, checked before launch."""
+                   storage: Path | None = None, metric: str = "episode_return_mean", mode: str = "max",
+                   budget: int | None = None, num_samples: int = 1) -> Any:
+    """The Tune search algorithm for a spec's searcher component, checked before launch. `budget` (env steps)
+    and `num_samples` are the space's, for a searcher that picks each trial's budget (smac)."""
     kind = searcher_type(component, where=where)
     try:
         accepted = [*COMMON, *kind.accepts(component.settings)]
@@ -155,6 +166,9 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
     points = warm_start_points(component.settings, params, where=where, storage=storage,
                                metric=metric, mode=mode) + points
     try:
+        if kind.fidelity:  # holds the space itself, conditions included
+            return kind.build(component.settings, params, points, budget=budget, num_samples=num_samples,
+                              metric=metric, mode=mode, where=where)
         if any(p.when for p in params):  # the searcher holds the space: see tune_runner.search.conditional
             from tune_runner.search import conditional
 

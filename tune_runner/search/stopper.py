@@ -13,13 +13,13 @@ from tune_runner.spec.experiment import ExperimentSpec
 
 
 class BudgetStopper(Stopper):
-    """Ends a trial at the env-step budget, or once it reaches the space's `stop_at`."""
+    """Ends a trial at its env-step budget (ExperimentSpec.budget_of), or once it reaches the space's `stop_at`."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
         self.spec = spec
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        return int(result.get("env_steps", 0)) >= self.spec.budget_env_steps or self.spec.reached(result)
+        return int(result.get("env_steps", 0)) >= self.spec.budget_of(result) or self.spec.reached(result)
 
     def stop_all(self) -> bool:
         return False

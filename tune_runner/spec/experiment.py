@@ -76,7 +76,13 @@ class ExperimentSpec:
         """How a finished trial ended: `done` (full budget), `solved` (stop_at) or `stopped_early`."""
         if self.reached(result):
             return "solved"
-        return "done" if int(result.get("env_steps", 0)) >= self.budget_env_steps else "stopped_early"
+        return "done" if int(result.get("env_steps", 0)) >= self.budget_of(result) else "stopped_early"
+
+    def budget_of(self, result: dict) -> int:
+        """A trial's env-step budget: the space's, or the smaller one a multi-fidelity searcher (smac) put in
+        its config, which Tune hands back with each result."""
+        own = (result.get("config") or {}).get(reserved.BUDGET_KEY)
+        return self.budget_env_steps if own is None else min(int(own), self.budget_env_steps)
 
     @property
     def searched(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import Any
 
 CANDIDATE_KEY = "tune_rl_candidate"
 PLUGINS_KEY = "tune_rl_plugins"
+BUDGET_KEY = "tune_rl_budget"
 SEEDS_KEY, AGGREGATE_KEY = "seeds_per_trial", "seed_aggregate"
 # Every reserved key, with why it is in a trial config.
 RESERVED: dict[str, str] = {
@@ -19,6 +20,7 @@ RESERVED: dict[str, str] = {
     "env_config": "the env's settings: the space file's top-level env_config (env_config.NAME searches one)",
     CANDIDATE_KEY: "which candidate a re-evaluation trial re-trains (search/reevaluate.py)",
     PLUGINS_KEY: "the plug-in files of the search, as absolute paths: each trial process imports them again",
+    BUDGET_KEY: "the trial's own env-step budget, below the space's, from a multi-fidelity searcher (smac_search.py)",
     "cpus_per_trial": "the CPUs of one trial of our trainables or the oracle (--cpus-per-trial, or fixed:)",
     "gpus_per_trial": "the GPUs of one trial of our trainables or the oracle (--gpus-per-trial, or fixed:)",
     "num_env_runners": "rollout workers of our ppo/dqn, started by the trial (RLlib reads its own key of that name)",
