@@ -97,6 +97,8 @@ def test_the_search_in_a_real_browser(served):
     charts against env steps, the parent run's values and its learning-curve plot."""
     from playwright.sync_api import expect, sync_playwright
 
+    # expect's own 5 s, not the page's 60 s: on a loaded CI machine MLflow's runs table took longer to load once
+    expect.set_options(timeout=60_000)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots: {SCREENSHOTS}")
     with sync_playwright() as p:
