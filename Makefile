@@ -11,7 +11,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.tune-rl-installed
 # What the CLI, the tests, Ray's daemons and a trial's worker import (setup writes their bytecode)
 WARM_IMPORTS_CLI := tune_runner.cli.main, torch, gymnasium, mlflow, mlflow.server, mlflow.pyfunc, pandas, \
-                    matplotlib.pyplot, sklearn.gaussian_process, optuna, hyperopt, smac, pytest, xdist
+                    matplotlib.pyplot, sklearn.gaussian_process, optuna, hyperopt, smac, nevergrad, pytest, xdist
 WARM_IMPORTS_RAY := ray.tune, ray.rllib.algorithms.ppo, ray.rllib.algorithms.dqn, ray.job_submission, \
                     ray._private.workers.default_worker, ray.dashboard.agent, ray._private.runtime_env.agent.main, \
                     ray._private.log_monitor, ray.autoscaler._private.monitor

@@ -94,7 +94,7 @@ def draw(name: str, count: int = 24) -> list[dict]:
     return configs
 
 
-@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac"])
+@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac", "nevergrad"])
 def test_each_searcher_gives_exactly_the_active_parameters(name, forbid_ray):
     configs = draw(name)
     for config in configs:
@@ -212,7 +212,7 @@ def test_importances_use_every_trial_for_the_parameters_all_of_them_have():
     assert max(scores, key=scores.get) == "x"  # the return is x's alone
 
 
-@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac"])
+@pytest.mark.parametrize("name", ["random", "optuna", "hyperopt", "bohb", "smac", "nevergrad"])
 def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_path, forbid_ray):
     """Tune saves the search algorithm with the experiment and a resume restores it: the restored searcher
     goes on with the active parameters only."""

@@ -46,6 +46,7 @@ SEARCHERS = [
     ("hyperopt", {"name": "hyperopt", "seed": 1, "n_initial_points": 4}, "fifo"),
     ("bohb", {"name": "bohb", "seed": 1}, "bohb"),
     ("smac", {"name": "smac", "seed": 1}, "fifo"),
+    ("nevergrad", {"name": "nevergrad", "seed": 1}, "fifo"),
 ]
 
 

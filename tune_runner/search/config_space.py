@@ -54,8 +54,7 @@ def from_config_space(params: Sequence[Param], config: dict[str, Any]) -> dict[s
         elif param.dist == "randint":
             out[param.name] = int(out[param.name])
         elif param.dist == "quniform":
-            step = param.args[2]
-            out[param.name] = float(round(round(out[param.name] / step) * step, 12))
+            out[param.name] = param.snapped(out[param.name])
         else:
             out[param.name] = float(out[param.name])
     return out

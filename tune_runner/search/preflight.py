@@ -38,9 +38,11 @@ class Prepared:
 
     @property
     def owns_space(self) -> bool:
-        """The searcher holds the searched parameters itself (smac always, a conditional space in optuna,
-        hyperopt or bohb): Tune's param_space then carries the fixed values only."""
-        if self.spec.searcher.name == "smac":
+        """The searcher holds the searched parameters itself (smac and nevergrad always, a conditional space in
+        optuna, hyperopt or bohb): Tune's param_space then carries the fixed values only."""
+        from tune_runner.search.searchers import SEARCHERS
+
+        if SEARCHERS.get(self.spec.searcher.name).owns_space:
             return True
         return self.spec.conditional and self.spec.searcher.name not in ("random", "grid")
 

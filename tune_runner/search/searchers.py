@@ -1,4 +1,5 @@
-"""Search algorithms by name: `random`, `grid`, `optuna` (TPE or CMA-ES), `hyperopt` (TPE), `bohb`, `smac`.
+"""Search algorithms by name: `random`, `grid`, `optuna` (TPE or CMA-ES), `hyperopt` (TPE), `bohb`, `smac`,
+`nevergrad`.
 
 Settings every searcher takes:
 
@@ -36,15 +37,16 @@ class SearcherType:
     """Builds one kind of searcher from (settings, params, points); `accepts` lists its own settings.
 
     `model_based`: it learns from results, so a grid makes no sense with it; `scheduler`:
-    the one scheduler type it must run with (BOHB's pair); `fidelity`: built with the budget
-    and the metric, it gives each trial its own budget (search/smac_search.py).
+    the one scheduler type it must run with (BOHB's pair); `owns_space`: it holds the searched space itself
+    (Tune's param_space then carries the fixed values only) and is built with the search's budget, number of
+    trials and metric (smac gives each trial its own budget; nevergrad plans with the number of trials).
     """
 
     build: Callable[[dict, tuple[Param, ...], list[dict]], Any]
     accepts: Callable[[dict], list[str]]
     model_based: bool
     scheduler: str | None = None
-    fidelity: bool = False  # it picks each trial's env-step budget itself, and holds the space (smac)
+    owns_space: bool = False
 
 
 def _random(settings: dict, params: tuple[Param, ...], points: list[dict]) -> Any:
@@ -98,6 +100,12 @@ def _smac(settings: dict, params: tuple[Param, ...], points: list[dict], **conte
     return smac_searcher(settings, params, points, **context)
 
 
+def _nevergrad(settings: dict, params: tuple[Param, ...], points: list[dict], **context: Any) -> Any:
+    from tune_runner.search.nevergrad_search import nevergrad_searcher
+
+    return nevergrad_searcher(settings, params, points, **context)
+
+
 SEARCHERS: Registry[SearcherType] = Registry("searcher")
 SEARCHERS.register("random", SearcherType(_random, lambda s: [], model_based=False))
 SEARCHERS.register("grid", SearcherType(_random, lambda s: [], model_based=False))
@@ -106,7 +114,8 @@ SEARCHERS.register("hyperopt", SearcherType(_hyperopt, lambda s: ["n_initial_poi
 SEARCHERS.register("bohb", SearcherType(_bohb, lambda s: ["bohb_config", "max_concurrent"], model_based=True,
                                         scheduler="bohb"))
 SEARCHERS.register("smac", SearcherType(_smac, lambda s: ["eta", "min_budget"], model_based=True,
-                                        scheduler="fifo", fidelity=True))
+                                        scheduler="fifo", owns_space=True))
+SEARCHERS.register("nevergrad", SearcherType(_nevergrad, lambda s: ["optimizer"], model_based=True, owns_space=True))
 
 
 # Searchers the field uses that tune-rl leaves out, and why (checked with pip on this project's pins, 2026-11):
@@ -114,15 +123,16 @@ SEARCHERS.register("smac", SearcherType(_smac, lambda s: ["eta", "min_budget"], 
 NOT_AVAILABLE = {
     "hebo": "HEBO pins numpy below 1.25, and pip would replace the numpy 2 that Ray and torch here use with 1.24.4",
     "dehb": "DEHB 0.1.2 pins numpy 1.x, and pip would replace the numpy 2 that Ray and torch here use with 1.26.4",
-    "nevergrad": "nevergrad 1.0 deadlocked or crashed with numpy 2.4 when we tried Ray Tune's NevergradSearch",
-    "ax": "Ray Tune's AxSearch has not been tried with Ax 1.x (ax-platform 1.3) here",
+    "ax": ("Ray Tune 2.60's AxSearch fails on Ax 1.3 ('Objective' object has no attribute 'metric'), and Ax 0.5, "
+           "the last it works with, fails on numpy 2 once its BoTorch model is fitted"),
 }
 
 
 def searcher_type(component: Component, *, where: str) -> SearcherType:
     if component.name in NOT_AVAILABLE and component.name not in SEARCHERS:
         raise UserError(f"{where}: searcher: {component.name!r} is not available in tune-rl: "
-                        f"{NOT_AVAILABLE[component.name]}; use optuna (TPE or CMA-ES), hyperopt, bohb or smac")
+                        f"{NOT_AVAILABLE[component.name]}; use optuna (TPE or CMA-ES), hyperopt, bohb, smac or "
+                        f"nevergrad")
     try:
         return SEARCHERS.get(component.name)
     except UserError as exc:
@@ -166,7 +176,7 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
     points = warm_start_points(component.settings, params, where=where, storage=storage,
                                metric=metric, mode=mode) + points
     try:
-        if kind.fidelity:  # holds the space itself, conditions included
+        if kind.owns_space:  # holds the space itself, conditions included
             return kind.build(component.settings, params, points, budget=budget, num_samples=num_samples,
                               metric=metric, mode=mode, where=where)
         if any(p.when for p in params):  # the searcher holds the space: see tune_runner.search.conditional

@@ -66,6 +66,11 @@ class Param:
             return tune.choice(values)
         return tune.grid_search(values)
 
+    def snapped(self, value: float) -> float:
+        """A quniform value on its step (Ray's conversions for ConfigSpace and Nevergrad drop the step)."""
+        step = self.args[2]
+        return float(round(round(value / step) * step, 12))
+
     def example(self) -> Any:
         """One concrete value from the domain (for checks before launch)."""
         if self.dist == "grid":
