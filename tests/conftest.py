@@ -85,6 +85,24 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def uninstalled(monkeypatch: pytest.MonkeyPatch):
+    """`uninstalled("pkg")`: from then on, importing pkg or any of its modules fails as if it were not installed."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def hide(package: str) -> None:
+        def fake_import(name, *args, **kwargs):
+            if name == package or name.startswith(package + "."):
+                raise ImportError(f"No module named {package!r}")
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", fake_import)
+
+    return hide
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for all end-to-end tests, 2 CPUs and no GPU like CI, on any machine: a GPU

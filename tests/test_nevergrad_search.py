@@ -106,16 +106,7 @@ def test_another_optimizer_by_its_name(forbid_ray):
     assert len(run(searcher, 4)) == 4
 
 
-def test_without_nevergrad_installed_the_line_says_how_to_get_it(monkeypatch, forbid_ray):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_nevergrad(name, *args, **kwargs):
-        if name == "nevergrad" or name.startswith("nevergrad."):
-            raise ImportError("No module named 'nevergrad'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_nevergrad)
+def test_without_nevergrad_installed_the_line_says_how_to_get_it(uninstalled, forbid_ray):
+    uninstalled("nevergrad")
     with pytest.raises(UserError, match=r"^s\.yaml: searcher: nevergrad: nevergrad is not installed here; pip"):
         nevergrad()

@@ -150,16 +150,7 @@ def test_bad_settings_are_one_line(settings, message, forbid_ray):
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value), str(caught.value)
 
 
-def test_without_smac3_installed_the_line_says_how_to_get_it(monkeypatch, forbid_ray):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_smac(name, *args, **kwargs):
-        if name == "smac" or name.startswith("smac."):
-            raise ImportError("No module named 'smac'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_smac)
+def test_without_smac3_installed_the_line_says_how_to_get_it(uninstalled, forbid_ray):
+    uninstalled("smac")
     with pytest.raises(UserError, match=r"^s\.yaml: searcher: smac: SMAC3 is not installed here; pip install"):
         smac()
