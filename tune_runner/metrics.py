@@ -63,3 +63,8 @@ def from_rllib(result: Mapping[str, Any], *, previous: Mapping[str, float] | Non
     if isinstance(seconds, (int, float)) and seconds > 0:
         out["sps"] = (out["env_steps"] - previous.get("env_steps", 0)) / seconds
     return out
+
+
+def finite(value: Any) -> bool:
+    """A reported number that can be compared: an int or float (not a bool), neither NaN nor infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_runner import paths
+from tune_runner import metrics, paths
 from tune_runner.errors import NotFound, UserError, unknown_name
 
 SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
@@ -187,11 +187,7 @@ def ranked(trials: Iterable[Any], *, metric: str, mode: str, reached: Callable[[
         solved = reached is not None and reached(last)
         return not solved, int(last.get("env_steps", 0)) if solved else 0, sign * float(last[metric])
 
-    return sorted((t for t in trials if _finite((t.last_result or {}).get(metric))), key=key)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return sorted((t for t in trials if metrics.finite((t.last_result or {}).get(metric))), key=key)
 
 
 def _number(value: Any) -> bool:

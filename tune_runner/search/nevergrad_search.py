@@ -16,7 +16,6 @@ for the space and budget), `points_to_evaluate` and `warm_start`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from ray import tune
 from ray.tune.search.nevergrad import NevergradSearch
 
 from tune_runner.errors import UserError, closest
+from tune_runner.metrics import finite
 from tune_runner.spec.search_space import Param, prune
 
 DEFAULT_OPTIMIZER = "NGOpt"
@@ -71,8 +71,7 @@ class SeededNevergrad(NevergradSearch):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         value = None if error or not result else result.get(self.metric)
-        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if finite:
+        if finite(value):
             self._process_result(trial_id, result)
         self._live_trial_mapping.pop(trial_id, None)
 

@@ -154,7 +154,8 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
                    storage: Path | None = None, metric: str = "episode_return_mean", mode: str = "max",
                    budget: int | None = None, num_samples: int = 1) -> Any:
     """The Tune search algorithm for a spec's searcher component, checked before launch. `budget` (env steps)
-    and `num_samples` are the space's, for a searcher that picks each trial's budget (smac)."""
+    and `num_samples` are the space's, for a searcher that holds the space (smac picks each trial's budget,
+    nevergrad plans with the number of trials)."""
     kind = searcher_type(component, where=where)
     try:
         accepted = [*COMMON, *kind.accepts(component.settings)]

@@ -12,7 +12,7 @@ Ray Tune has no SMAC searcher (ray issues #25364, #49408). This one drives SMAC 
 
 Settings: `seed`; `eta`, Hyperband's halving rate (default 3); `min_budget`, the smallest budget as a share
 of the space's (default 0.1, ARLBench's 10%). The space may have conditions (`when:`): SMAC's ConfigSpace
-holds them (search/conditional.py), so an inactive parameter is never suggested.
+holds them (search/config_space.py), so an inactive parameter is never suggested.
 
 Resume: SMAC's intensifier cannot be pickled, so the searcher pickles its log of asks and tells instead,
 and unpickling replays it into a new SMAC of the same seed, which asks the same configurations again
@@ -35,6 +35,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from tune_runner.errors import UserError
+from tune_runner.metrics import finite
 from tune_runner.search.config_space import config_space, from_config_space
 from tune_runner.spec.reserved import BUDGET_KEY
 from tune_runner.spec.search_space import Param
@@ -113,8 +114,7 @@ class SMACSearch(Searcher):
         if trial_id not in self._asked:
             return
         value = None if error or not result else result.get(self.metric)
-        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        cost = (-float(value) if self.mode == "max" else float(value)) if finite else None
+        cost = (-float(value) if self.mode == "max" else float(value)) if finite(value) else None
         self._tell(trial_id, cost)
         self._log.append(("tell", trial_id, cost))
 
