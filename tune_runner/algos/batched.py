@@ -7,7 +7,7 @@ inputs, its gradient only on its own loss.
 
 - `BatchedMLP`: K Linear/activation stacks as weights [K, out, in] (one `baddbmm` per layer).
 - `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`.
-- `SeedVector`: one learned vector per seed (PPO's Gaussian log-std).
+- `SeedVector`: one learned vector (or matrix) per seed (PPO's Gaussian log-std, gSDE's matrix of them).
 - `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
   step counts and learning rates, and seeds that sit a step out.
 - `SeedEnvs`: K seeds' vector envs stepped as one.
@@ -85,6 +85,16 @@ class BatchedMLP(nn.Module):
         for step in self._steps:
             x = step(x)
         return x.unsqueeze(0) if self.num_seeds == 1 and with_axis else x
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(what the last layer gets, the output), each shaped as `forward`'s output: gSDE's features and the mean."""
+        with_axis = self.num_seeds > 1 or x.dim() == 3
+        if self.num_seeds == 1 and with_axis:
+            x = x[0]
+        for step in self._steps[:-1]:
+            x = step(x)
+        out = self._steps[-1](x)
+        return (x.unsqueeze(0), out.unsqueeze(0)) if self.num_seeds == 1 and with_axis else (x, out)
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
@@ -175,7 +185,8 @@ class StackedModule(nn.Module):
 
 class SeedVector(nn.Module):
     """One learned vector per seed that depends on no input (PPO's Gaussian log-std): [K, size], or [size] for
-    one seed. Its one-seed state dict is {"weight": [size]}."""
+    one seed. Its one-seed state dict is {"weight": [size]}. gSDE keeps a matrix per seed in one ([K, rows, size]
+    or [rows, size]) and reads `weight` itself."""
 
     def __init__(self, values: Sequence[torch.Tensor]) -> None:
         super().__init__()

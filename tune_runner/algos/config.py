@@ -41,6 +41,19 @@ def check_model(name: str, model_config: Mapping[str, Any]) -> None:
     check(name, model_config)
 
 
+def check_sde(config: Any) -> None:
+    """use_sde is a switch, sde_sample_freq -1 or a whole number >= 1, and gSDE needs our built-in mlp's features."""
+    if not isinstance(config.use_sde, bool):
+        raise ValueError(f"{type(config).__name__}.use_sde must be true or false, got use_sde={config.use_sde!r}")
+    freq = config.sde_sample_freq
+    if isinstance(freq, bool) or not isinstance(freq, int) or (freq < 1 and freq != -1):
+        raise ValueError(f"{type(config).__name__}.sde_sample_freq must be -1 (once per rollout) or a whole number "
+                         f">= 1 of vector steps, got sde_sample_freq={freq!r}")
+    if config.use_sde and config.model != "mlp":
+        raise ValueError(f"{type(config).__name__}.use_sde needs the built-in model 'mlp' (its last hidden layer is "
+                         f"the noise's features), got model={config.model!r}; set use_sde: false for this model")
+
+
 def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
                      aliases: Mapping[str, str] | None = None) -> Config:
     """`cls(**values)`, but an unknown key is a ValueError naming the closest valid key."""
@@ -175,6 +188,12 @@ class PPOConfig:
     log_std_init: float = 0.0
     """Box actions: the Gaussian policy's log standard deviation at the start, one learned value per action
     number, independent of the observation (discrete actions ignore it)."""
+    use_sde: bool = False
+    """Box actions: generalized state-dependent exploration (gSDE, Stable-Baselines3's name and rule). The noise is
+    the policy's last hidden features times a random matrix, drawn per env from N(0, exp(log_std)^2) with a learned
+    log_std per (feature, action number), so the action's std depends on the observation; the built-in mlp only."""
+    sde_sample_freq: int = -1
+    """With use_sde: draw new noise matrices every this many vector steps; -1: once per rollout (SB3's default)."""
     observation_filter: str = "NoFilter"
     """MeanStdFilter: observations scaled by each seed's running mean and std, clipped to +-10 (RLlib's name);
     the statistics are saved in checkpoints and used by evaluate, load_policy and the MLflow model."""
@@ -209,6 +228,7 @@ class PPOConfig:
         check_finite(self, "log_std_init")
         if self.observation_filter not in OBSERVATION_FILTERS:
             raise ValueError(unknown_name("PPOConfig.observation_filter", self.observation_filter, OBSERVATION_FILTERS))
+        check_sde(self)
         if not isinstance(self.normalize_rewards, bool):
             raise ValueError(f"PPOConfig.normalize_rewards must be true or false, got "
                              f"normalize_rewards={self.normalize_rewards!r}")

@@ -151,6 +151,19 @@ def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
     return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
 
 
+SDE_EPSILON = 1e-6  # Stable-Baselines3's: added to gSDE's variance, so a zero feature vector still has a density
+
+
+def sde_log_std(features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """gSDE's log std of each action number at each observation: 0.5 * log(features^2 @ exp(log_std)^2 + eps).
+
+    `features` [..., batch, F] (gradients stopped: the noise does not train the features, SB3's learn_features
+    off), `log_std` [..., F, A] with matching leading axes; [..., batch, A]. The action's noise is
+    features @ E with E ~ N(0, exp(log_std)^2) elementwise, whose variance per action number this is."""
+    variance = torch.matmul(features.detach().pow(2), torch.exp(2 * log_std))
+    return 0.5 * torch.log(variance + SDE_EPSILON)
+
+
 def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
     """Orthogonal init; a small policy head starts near uniform, which steadies the first updates."""
     linears = [m for m in net if isinstance(m, nn.Linear)]
@@ -179,9 +192,16 @@ class PPO(SeedLearnerBase):
         self.pi, self.vf = self._networks()
         params = [*self.pi.parameters(), *self.vf.parameters()]
         self.continuous = self.env.continuous
+        self.sde = self.continuous and config.use_sde
         if self.continuous:
             self.networks = (*type(self).networks, "log_std")
-            start = torch.full((self.env.num_actions,), float(config.log_std_init), device=self.device)
+            shape = (self.env.num_actions,)
+            if self.sde:  # a log std per (feature, action number): the features are the last hidden layer's
+                if not isinstance(self.pi, batched.BatchedMLP):
+                    raise ValueError(f"use_sde needs the built-in mlp on flat observations; {env_id}'s observations "
+                                     f"{self.env.obs_shape} get a CNN: set use_sde: false")
+                shape = ((config.fcnet_hiddens or (self.env.obs_dim,))[-1], self.env.num_actions)
+            start = torch.full(shape, float(config.log_std_init), device=self.device)
             self.log_std = batched.SeedVector([start] * self.num_seeds)
             params.append(self.log_std.weight)
         self.optimizer = batched.SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
@@ -243,6 +263,13 @@ class PPO(SeedLearnerBase):
         if self.obs_filter is not None:  # seed 0's statistics, left as they are
             obs = normalized(obs, self.obs_filter.stats.mean[0], self.obs_filter.stats.var[0])
         batch = to_tensor(obs, self.device)
+        if self.sde:
+            features, mean = (out[0] for out in self.pi.forward_features(batch.expand(self.num_seeds, *batch.shape)))
+            if explore:  # a fresh noise matrix per observation
+                matrix = self._sde_log_std()[0]
+                noise = matrix.exp() * torch.randn((len(mean), *matrix.shape), generator=self.rngs[0].torch)
+                mean = mean + (features.unsqueeze(-2) @ noise).squeeze(-2)
+            return self.env.actions.for_env(mean.cpu().numpy())
         logits = self.pi(batch.expand(self.num_seeds, *batch.shape))[0]
         if self.continuous:
             if explore:
@@ -282,19 +309,28 @@ class PPO(SeedLearnerBase):
         """
         env, generators, finished = self.env, [rngs.torch for rngs in self.rngs], []
         buf = self._rollout_buffers(-(-num_steps // env.envs_per_seed))
-        log_std = self.log_std(3).cpu() if self.continuous else None
+        log_std = (self._sde_log_std() if self.sde else self.log_std(3)).cpu() if self.continuous else None
         obs_filter, scaler, nvec = self.obs_filter, self.reward_scaler, env.nvec
+        every = self.config.sde_sample_freq
         for t in range(len(buf["rewards"])):
             buf["obs"][t], mask = env.obs if obs_filter is None else obs_filter(env.obs, update=True), None
             if env.masked:
                 buf["mask"][t] = mask = env.mask
-            out = self.pi(self._by_seed(buf["obs"][t]))
-            if self.continuous:  # [K, n, size]: the unclipped sample is kept, the env clips it
-                mean = out.cpu()
+            if self.sde:  # noise = features @ E, E drawn per env at the rollout's start and every `every` steps
+                if t == 0 or (every > 0 and t % every == 0):
+                    noise = log_std.exp().unsqueeze(1) * batched.seed_normal(
+                        (self.num_seeds, env.envs_per_seed, *log_std.shape[1:]), generators)
+                features, mean = (x.cpu() for x in self.pi.forward_features(self._by_seed(buf["obs"][t])))
+                actions = mean + (features.unsqueeze(-2) @ noise).squeeze(-2)
+                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, sde_log_std(features, log_std)).view(-1).numpy()
+            elif self.continuous:  # [K, n, size]: the unclipped sample is kept, the env clips it
+                mean = self.pi(self._by_seed(buf["obs"][t])).cpu()
                 actions = mean + log_std.exp() * batched.seed_normal(mean.shape, generators)
                 buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
                 buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).numpy()
             else:  # [K, n] actions, or [K, n, numbers] of a MultiDiscrete space
+                out = self.pi(self._by_seed(buf["obs"][t]))
                 logp_all = segments_log_softmax(masked_logits(out, self._by_seed(mask)), nvec).cpu()
                 actions = sample_seed_actions(logp_all, generators=generators, nvec=nvec)
                 buf["actions"][t] = actions.view(-1, *actions.shape[2:]).numpy()
@@ -378,6 +414,10 @@ class PPO(SeedLearnerBase):
 
     def _logp_entropy(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The current policy's log-probability of each minibatch action, and its entropy at each observation."""
+        if self.sde:  # [K, batch, F] @ [K, F, A], or one seed's [batch, F] @ [F, A]
+            features, out = self.pi.forward_features(mb["obs"])
+            log_std = sde_log_std(features, self.log_std.weight)
+            return gaussian_logp(mb["actions"], out, log_std), gaussian_entropy(log_std)
         out = self.pi(mb["obs"])
         if self.continuous:
             log_std = self.log_std(out.dim())
@@ -389,6 +429,11 @@ class PPO(SeedLearnerBase):
         # With MultiDiscrete actions the sum runs over every number's choices: the sum of their entropies.
         entropy = -(logp_all.exp() * logp_all.masked_fill(~logp_all.isfinite(), 0.0)).sum(-1)
         return segments_gather(logp_all, mb["actions"], nvec), entropy
+
+    def _sde_log_std(self) -> torch.Tensor:
+        """gSDE's log-std matrices, [K, F, A] (with the seed axis for one seed too)."""
+        weight = self.log_std.weight
+        return weight if self.num_seeds > 1 else weight.unsqueeze(0)
 
     def seed_state(self, seed: int) -> dict[str, Any]:
         """A one-seed learner's state; with Box actions also the bounds the env clips to (a policy loaded from
