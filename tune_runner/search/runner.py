@@ -123,7 +123,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     console.header(spec, name, out)
     store = _open_store(options.mlflow_uri)
     shipped = ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
-                         address=options.address, plugins=spec.plugins)
+                         address=options.address, plugins=spec.plugins,
+                         worker_modules=prepared.backend.worker_modules)
     _checked_on_ray(prepared, options, exp_path, out=out)
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
                                                          out=out, store=store)

@@ -54,6 +54,8 @@ class Backend:
     kind: ClassVar[str]
     exports_policy: ClassVar[bool] = False  # its best policy is logged as an MLflow model (results.model)
     settings_need_ray: ClassVar[bool] = False  # check_settings imports Ray (RLlib's AlgorithmConfig)
+    # What a local Ray's idle workers import as they start, before a trial actor is placed on one
+    worker_modules: ClassVar[tuple[str, ...]] = ("ray.tune", "torch", "gymnasium")
 
     name: str
     reports: tuple[str, ...]  # result keys besides Tune's own (training_iteration, time_total_s, ...)
@@ -185,6 +187,7 @@ class OracleBackend(Backend):
     """An oracle: any hyperparameter is a setting; check_config asks for its optimum."""
 
     kind: ClassVar[str] = "oracle"
+    worker_modules: ClassVar[tuple[str, ...]] = ("ray.tune",)  # no torch, no env
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         return []
