@@ -116,8 +116,10 @@ def test_a_box_action_checkpoint_continues_exactly(env_id):
     assert not np.allclose(original.get_weights()["log_std"]["weight"], -0.5)  # the log-std is learned
 
 
-def test_three_box_action_seeds_train_as_they_would_alone():
-    config = {**vars(small_ppo(seed=5, minibatch_size=100, entropy_coeff=0.01)), "num_envs_per_env_runner": 2}
+@pytest.mark.parametrize("exploration", [{}, {"use_sde": True, "sde_sample_freq": 2}], ids=["gaussian", "gsde"])
+def test_three_box_action_seeds_train_as_they_would_alone(exploration):
+    config = {**vars(small_ppo(seed=5, minibatch_size=100, entropy_coeff=0.01, **exploration)),
+              "num_envs_per_env_runner": 2}
     del config["num_seeds"]
     together = PPO(PPOConfig.from_dict({**config, "num_seeds": 3}), env_id=PENDULUM)
     alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id=PENDULUM) for s in together.seeds]
@@ -126,7 +128,7 @@ def test_three_box_action_seeds_train_as_they_would_alone():
         for i, learner in enumerate(alone):
             own = learner.train_iteration()
             assert result[f"seed_{i}/policy_loss"] == pytest.approx(own["policy_loss"], rel=1e-3, abs=1e-6)
-            assert result[f"seed_{i}/entropy"] == pytest.approx(own["entropy"], rel=1e-5)
+            assert result[f"seed_{i}/entropy"] == pytest.approx(own["entropy"], rel=1e-4)
     for i, learner in enumerate(alone):
         weights_close(together, i, learner)  # tests/test_seeds_ppo.py: at most 1e-5 apart
     log_std = together.get_weights()["log_std"]["weight"]

@@ -3,7 +3,8 @@
 The noise is the policy's last hidden features times a matrix E drawn per env from N(0, exp(log_std)^2), kept
 for sde_sample_freq vector steps; the density the loss uses is the Gaussian of that noise given the features.
 Checked against hand-computed values, on the noise matrices a rollout really used (with one feature, E is
-noise / feature), on exact checkpoints, on K seeds training as they would alone, and on refusals.
+noise / feature), on exact checkpoints and on refusals; K gSDE seeds training as they would alone is
+tests/test_continuous.py's K-seed test, run with gSDE too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import torch
 
 from tests.test_algos import same, same_weights, small_ppo
 from tests.test_continuous import PENDULUM, box2
-from tests.test_seeds_ppo import weights_close
 from tune_runner.algos import PPO, PPOConfig
 from tune_runner.algos.ppo import gaussian_entropy, gaussian_logp, sde_log_std
 
@@ -110,22 +110,6 @@ def test_a_gsde_checkpoint_continues_exactly():
         assert same(original.train_iteration(), restored.train_iteration())
     assert same_weights(original, restored)
     assert not np.allclose(original.get_weights()["log_std"]["weight"], -0.5)  # the matrix is learned
-
-
-def test_three_gsde_seeds_train_as_they_would_alone():
-    config = {**vars(small_ppo(seed=5, minibatch_size=100, use_sde=True, sde_sample_freq=2)),
-              "num_envs_per_env_runner": 2}
-    del config["num_seeds"]
-    together = PPO(PPOConfig.from_dict({**config, "num_seeds": 3}), env_id=PENDULUM)
-    alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id=PENDULUM) for s in together.seeds]
-    for _ in range(3):
-        result = together.train_iteration()
-        for i, learner in enumerate(alone):
-            own = learner.train_iteration()
-            assert result[f"seed_{i}/policy_loss"] == pytest.approx(own["policy_loss"], rel=1e-3, abs=1e-6)
-            assert result[f"seed_{i}/entropy"] == pytest.approx(own["entropy"], rel=1e-4)
-    for i, learner in enumerate(alone):
-        weights_close(together, i, learner)
 
 
 def test_discrete_actions_ignore_use_sde_as_they_ignore_log_std_init():
