@@ -133,3 +133,21 @@ def test_prepare_resolves_the_trainable_once_and_carries_the_record(monkeypatch)
     prepared = prepare(load_spec("oracle"))
     assert asked == ["oracle"]
     assert prepared.backend is lookup("oracle") and prepared.trainable is prepared.backend.trainable_class()
+
+
+def test_rllib_model_config_reaches_the_rl_module_and_a_bad_field_is_one_line():
+    """RLlib's new API stack reads its networks from AlgorithmConfig.model_config, a read-only property that
+    update_from_dict cannot set: ours passes it to rl_module(model_config=...)."""
+    from tune_runner.trainables.rllib import rllib_config
+
+    record = backend("rllib/PPO")
+    config = {"env": "CartPole-v1", "model_config": {"fcnet_hiddens": [32, 32], "fcnet_activation": "relu"}}
+    assert record.check_config(config) is None
+    built = rllib_config("PPO", config).model_config
+    assert built["fcnet_hiddens"] == [32, 32] and built["fcnet_activation"] == "relu"
+    assert rllib_config("PPO", {"env": "CartPole-v1", "model_config.fcnet_hiddens": [8]}).model_config[
+        "fcnet_hiddens"] == [8]  # a searched field arrives dotted
+    assert record.check_config({**config, "model_config": {"fcnet_hidden": [32]}}) == (
+        "model_config.fcnet_hidden: not a field of RLlib's DefaultModelConfig; did you mean 'fcnet_hiddens'?")
+    assert record.check_config({**config, "model_config": [32]}) == (
+        "model_config must be a mapping of RLlib's DefaultModelConfig fields, got [32]")

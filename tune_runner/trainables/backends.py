@@ -251,8 +251,11 @@ class RLlibBackend(Backend):
         if problem:
             return problem
         try:
-            from tune_runner.trainables.rllib import rllib_config
+            from tune_runner.trainables.rllib import model_config_problem, rllib_config
 
+            problem = model_config_problem(config)
+            if problem:
+                return problem
             rllib_config(self.algo, config).validate()
         except (ValueError, TypeError, UserError) as exc:
             return str(exc).strip().splitlines()[0]

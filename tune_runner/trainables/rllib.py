@@ -13,6 +13,7 @@ from typing import Any
 from ray import tune
 
 from tune_runner import metrics
+from tune_runner.errors import closest
 from tune_runner.trainables.curriculum import TASK_FN
 from tune_runner.trainables.trial import ENV_KEYS, PREFIX, env_config_of, load_trial_plugins, nest
 
@@ -117,6 +118,30 @@ class RLlibTrainable(tune.Trainable):
             rllib_config(cls.algo_name, config))
 
 
+MODEL_CONFIG = "model_config"  # the new API stack's network settings (RLlib's DefaultModelConfig), a dict here
+
+
+def model_config_problem(config: dict[str, Any]) -> str | None:
+    """One line when `model_config` is not a dict of DefaultModelConfig's fields (RLlib would fail in the trial)."""
+    value = nest({k: v for k, v in config.items() if k == MODEL_CONFIG or k.startswith(MODEL_CONFIG + ".")}).get(
+        MODEL_CONFIG)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"model_config must be a mapping of RLlib's DefaultModelConfig fields, got {value!r}"
+    import dataclasses
+
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    fields = [f.name for f in dataclasses.fields(DefaultModelConfig)]
+    for key in value:
+        if key not in fields:
+            near = closest(key, fields)
+            return (f"model_config.{key}: not a field of RLlib's DefaultModelConfig; "
+                    + (f"did you mean {near!r}?" if near else f"its fields are {', '.join(fields)}"))
+    return None
+
+
 def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     """An RLlib AlgorithmConfig from our flat trial config (dotted keys nest).
 
@@ -131,8 +156,12 @@ def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     algo_config = _get_algorithm_class(algo).get_default_config()
     env_config = env_config_of(config)
     algo_config.environment(config["env"], env_config=env_config)
-    algo_config.update_from_dict(nest({k: v for k, v in config.items() if k not in ENV_KEYS and k != TASK_FN
-                                       and not k.startswith(PREFIX)}))
+    settings = nest({k: v for k, v in config.items()
+                     if k not in ENV_KEYS and k != TASK_FN and not k.startswith(PREFIX)})
+    model_config = settings.pop(MODEL_CONFIG, None)  # a read-only property: update_from_dict cannot set it
+    algo_config.update_from_dict(settings)
+    if model_config is not None:
+        algo_config.rl_module(model_config=dict(model_config))
     rllib_episodes.install(algo_config)
     if config.get(TASK_FN):
         rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
