@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tune_runner.errors import UserError
 from tune_runner.search.preflight import check_address
@@ -68,7 +69,11 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     if address or inside_job():
         return _join(address or "auto", logs, plugins=plugins)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only instance
-    for key, value in TUNE_ACTOR_ENV.items():  # what Tune would put in each trial actor's runtime env
+    try:
+        from ray.tune.execution import class_cache
+    except ImportError:  # a Ray whose Tune is laid out otherwise: Tune's behaviour, slower trial starts
+        class_cache = None
+    for key, value in getattr(class_cache, "DEFAULT_ENV_VARS", {}).items():  # in every trial actor's runtime env
         os.environ.setdefault(key, value)
     from tune_runner.search import reaper
 
@@ -76,7 +81,8 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     preload = {"preload_python_modules": list(worker_modules)} if worker_modules else None
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
              _system_config=preload, **logs)
-    _trial_actors_inherit_env()
+    if class_cache is not None:
+        _trial_actors_inherit_env(class_cache)
     import subprocess
 
     unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
@@ -85,12 +91,10 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     return {}
 
 
-# Ray Tune's class_cache.DEFAULT_ENV_VARS (ray#28197), which it gives every trial actor as a runtime env
-TUNE_ACTOR_ENV = {"PL_DISABLE_FORK": "1"}
 _LOCAL: dict[str, object] = {}  # the local Ray we started: its job id and the environment its workers inherited
 
 
-def _trial_actors_inherit_env() -> None:
+def _trial_actors_inherit_env(class_cache: Any) -> None:
     """Let Ray Tune register trial actors without a runtime env on the local Ray we started.
 
     Tune registers every trainable with a runtime env of environment variables (PL_DISABLE_FORK, and
@@ -101,11 +105,8 @@ def _trial_actors_inherit_env() -> None:
     left out. Anything else (a joined cluster, a variable changed since) keeps Tune's own behaviour.
     """
     import ray
+    from ray.tune.execution import tune_controller
 
-    try:
-        from ray.tune.execution import class_cache, tune_controller
-    except ImportError:  # a Ray whose Tune is laid out otherwise: Tune's behaviour, slower trial starts
-        return
     _LOCAL.update(job=ray.get_runtime_context().get_job_id(), env=dict(os.environ))
 
     class InheritedEnvActorClassCache(class_cache._ActorClassCache):
@@ -119,7 +120,7 @@ def _trial_actors_inherit_env() -> None:
         tune_controller._ActorClassCache = InheritedEnvActorClassCache
 
 
-def _inherited(class_cache: object) -> bool:
+def _inherited(class_cache: Any) -> bool:
     """Whether this process drives the local Ray we started and its workers already have every variable Tune
     would give a trial actor (class_cache.get's rule), with the same value."""
     import ray
