@@ -151,3 +151,30 @@ def test_rllib_model_config_reaches_the_rl_module_and_a_bad_field_is_one_line():
         "model_config.fcnet_hidden: not a field of RLlib's DefaultModelConfig; did you mean 'fcnet_hiddens'?")
     assert record.check_config({**config, "model_config": [32]}) == (
         "model_config must be a mapping of RLlib's DefaultModelConfig fields, got [32]")
+
+
+CHECKS_WITHOUT_TORCH = """
+import json, sys
+from tune_runner.search.preflight import _check_space_corners
+from tune_runner.spec.experiment import load_spec
+from tune_runner.trainables.catalog import backend
+checked = {}
+for name in sys.argv[1:]:
+    spec = load_spec(name)
+    trainable = backend(spec.trainable)
+    config = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
+    checked[name] = [_check_space_corners(spec, trainable), sorted(trainable.resolved_config(config))[:1]]
+print(json.dumps([checked, "torch" in sys.modules]))
+"""
+
+
+def test_the_checks_and_the_export_of_our_learners_configs_import_no_torch():
+    """The driver checks every corner of a space before Ray starts and resolves the best config for best.yaml;
+    for our learners both need only the config classes. Importing torch there cost `make search` 2-4 s of CPU
+    before Ray's start (bench/search_e2e.py), on the 2 cores its trials train on."""
+    spaces = ["ppo_small", "dqn_small", "ppo_pendulum", "curriculum", "masked_choice"]
+    ran = subprocess.run([sys.executable, "-c", CHECKS_WITHOUT_TORCH, *spaces], capture_output=True, text=True,
+                         timeout=120)
+    checked, torch_imported = json.loads(ran.stdout)
+    assert all(problem is None and keys for problem, keys in checked.values()), checked
+    assert set(checked) == set(spaces) and not torch_imported, ran.stderr

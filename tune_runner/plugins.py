@@ -57,7 +57,8 @@ SHIPPED_PACKAGE = "tune_runner.envs"
 _PLUGIN_PREFIX = "tune_rl_plugin_"
 MODELS: Registry[Any] = Registry("model")
 AGENTS: Registry[Any] = Registry("agent")
-MODELS.register("mlp", "tune_runner.algos.networks:MLP")  # models.BUILT_IN; torch loads when a network is built
+BUILT_IN_MODEL = "mlp"  # our learners' own MLP (tune_runner.algos.networks.BUILT_IN), sized by fcnet_hiddens
+MODELS.register(BUILT_IN_MODEL, "tune_runner.algos.networks:MLP")  # torch loads when a network is built
 MODELS.register("cnn", "tune_runner.algos.networks:CNN")  # our learners' choice for image observations
 # Our own agents, known before anything imports them: a registry snapshot taken early (a test's) holds them too.
 AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")

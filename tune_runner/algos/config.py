@@ -35,7 +35,13 @@ SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.alg
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
-    """`tune_runner.algos.networks.check_model`, imported when a config is built: the registered networks need torch."""
+    """`tune_runner.algos.networks.check_model`, imported when a config is built: the registered networks need
+    torch. The built-in mlp without a model_config (the default) has nothing to check: the checks before a
+    search start no torch for it (2-4 s of the driver's CPU)."""
+    from tune_runner.plugins import BUILT_IN_MODEL
+
+    if name == BUILT_IN_MODEL and not model_config:
+        return
     from tune_runner.algos.networks import check_model as check
 
     check(name, model_config)

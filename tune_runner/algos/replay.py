@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tune_runner.algos.common import Step
+if TYPE_CHECKING:  # an annotation only: DQNConfig reads Prioritized from here in the driver, without torch
+    from tune_runner.algos.common import Step
 
 
 class ReplayBuffer:

@@ -21,7 +21,7 @@ import torch
 from tune_runner import tune_rl_policy
 from tune_runner.results.analysis import last_checkpoint  # noqa: F401 - tests and older callers read it here
 from tune_runner.trainables import checkpoints
-from tune_runner.trainables.own import learner_classes
+from tune_runner.trainables.agents import config_class
 from tune_runner.trainables.trial import learner_settings
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
@@ -39,8 +39,7 @@ def uses_cnn(state: Any) -> bool:
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
     """(sizes, state dict for tune_rl_policy.build_mlp, activation) of a learner's greedy policy."""
-    _, config_cls = learner_classes(learner)
-    settings = config_cls.from_dict(learner_settings(config))
+    settings = config_class(learner).from_dict(learner_settings(config))
     if learner == "ppo":
         linears = _linears(state["pi"], prefix="")
     else:

@@ -305,12 +305,11 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     """(the learner's acting network with the checkpoint's weights, observation size), built as the learner does."""
     from tune_runner.algos.common import mlp
     from tune_runner.algos.dqn import QNetwork
-    from tune_runner.trainables.own import learner_classes
+    from tune_runner.trainables.agents import config_class
     from tune_runner.trainables.trial import learner_settings
 
-    _, config_cls = learner_classes(learner)
     try:
-        settings = config_cls.from_dict(learner_settings(config))
+        settings = config_class(learner).from_dict(learner_settings(config))
     except (ValueError, TypeError) as exc:  # a value of the wrong type in params.json
         raise UserError(f"{where.parent / PARAMS_FILE}: {str(exc).splitlines()[0]}; the trial config of "
                         f"{where.name} does not build a {learner} learner") from None

@@ -141,10 +141,10 @@ class OwnBackend(Backend):
         return own_trainable_class(self.name)
 
     def resolved_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        from tune_runner.trainables.own import learner_classes
+        from tune_runner.trainables.agents import config_class
         from tune_runner.trainables.trial import learner_settings
 
-        settings = learner_classes(self.name)[1].from_dict(learner_settings(config))
+        settings = config_class(self.name).from_dict(learner_settings(config))
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
         values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
