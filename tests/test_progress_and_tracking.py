@@ -139,6 +139,32 @@ def test_child_runs_get_every_result_in_batches_sent_off_tunes_loop(tmp_path):
     assert mlflow.get_run(callback.runs["abc_00002"]).info.status == "RUNNING"  # never ended: still running
 
 
+def test_audit_curves_are_sent_at_their_changes_and_draw_the_same_steps(tmp_path):
+    """applied/<key> and requested/<key> (PBT's audit, in every result) change only at an exploit: the rows sent
+    are the first point, the last before each change, each change and the last; a trial still running when
+    the search ends gets its last point too. The other metrics keep a row per result."""
+    callback, mlflow = tracked(tmp_path)
+    trials = [trial(1), trial(2)]
+    lrs = [1e-3] * 5 + [2e-3] * 4 + [5e-4]  # PBT exploited trial 1 at step 6 and step 10
+    for t in trials:
+        callback.on_trial_start(0, trials, t)
+    for step, lr in enumerate(lrs, start=1):
+        for t in trials:
+            callback.on_trial_result(0, trials, t, {"env_steps": step, "episode_return_mean": float(step),
+                                                    "applied/lr": lr, "requested/lr": lr, "applied/gamma": 0.99})
+    callback.on_trial_complete(0, trials, trials[0])
+    callback.on_experiment_end(trials)  # trial 2 still running: paused, or the search interrupted
+    for t in trials:
+        run_id = callback.runs[t.trial_id]
+        history = {key: [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run_id, key),
+                                                            key=lambda m: m.step)]
+                   for key in ("applied/lr", "requested/lr", "applied/gamma", "episode_return_mean")}
+        assert history["applied/lr"] == history["requested/lr"] == [(1, 1e-3), (5, 1e-3), (6, 2e-3), (9, 2e-3),
+                                                                    (10, 5e-4)], history
+        assert history["applied/gamma"] == [(1, 0.99), (10, 0.99)]
+        assert history["episode_return_mean"] == [(s, float(s)) for s in range(1, 11)]
+
+
 def test_a_failed_mlflow_write_stops_the_search_at_the_next_hook(tmp_path):
     from mlflow.exceptions import MlflowException
 

@@ -6,6 +6,12 @@ at most every FLUSH_EVERY_S, from a thread of our own: on SQLite a write per res
 the driver 15-25 ms of CPU and a commit while Tune's loop waited, and every trial waits
 for that loop between its iterations (bench/search_e2e.py). A trial's run is complete in
 MLflow when the trial ends; a curve in the UI lags the trial by at most FLUSH_EVERY_S.
+
+MLflow's SQL store spends about 0.5-0.9 ms of CPU per metric row (its ORM), so rows are what costs. The PBT
+audit's `applied/<key>` and `requested/<key>` (tune_runner.audit: every result carries them, 10 of the 21
+numbers a ppo_small result has) change only when PBT exploits; they are sent where their value changes, with
+the last point before each change, and their last point when the trial ends: the curve MLflow draws is the
+same line, from a handful of rows instead of one per result.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
+
+from tune_runner.audit import PREFIX_APPLIED, PREFIX_REQUESTED
 
 # client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
 # flat_params too (tune_runner.tracked types a trial's params back with it)
@@ -35,6 +43,7 @@ NOT_METRICS = frozenset({
     "timestamp", "pid", "time_this_iter_s", "iterations_since_restore", "time_since_restore",
     "done", "date", "hostname", "node_ip", "trial_id", "experiment_tag", "checkpoint_dir_name",
     "should_checkpoint", "env_steps", "node_id"})
+STEPWISE = (PREFIX_APPLIED, PREFIX_REQUESTED)  # curves sent at their changes only (see the module's docstring)
 FLUSH_EVERY_S = 1.0  # the most a child run's metrics wait in the driver before they are sent
 MAX_BATCH = 1000  # MLflow's limit of metrics in one log_batch
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
@@ -87,18 +96,19 @@ class MlflowTracking(Callback):
         self._client: Any = None
         self._writer = _Writer()
         self._pending: dict[str, list] = {}  # trial id -> metrics not handed to the writer yet
+        self._held: dict[str, dict[str, tuple[Any, bool]]] = {}  # trial id -> STEPWISE key -> (last point, sent)
         self._flushed = time.monotonic()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # Tune pickles callbacks with the experiment state: no client, thread or unsent metrics.
-        state.update(_client=None, _writer=None, _pending={})
+        state.update(_client=None, _writer=None, _pending={}, _held={})
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("flush_every_s", FLUSH_EVERY_S)  # pickled by a version before the writer
-        self._writer, self._pending, self._flushed = _Writer(), {}, time.monotonic()
+        self._writer, self._pending, self._held, self._flushed = _Writer(), {}, {}, time.monotonic()
 
     @property
     def mlflow(self) -> Any:
@@ -128,7 +138,19 @@ class MlflowTracking(Callback):
                 return
             pending = self._pending[trial.trial_id] = []  # a resumed search's trial, its run known
         step = int(result.get("env_steps", result.get("training_iteration", 0)))
-        pending.extend(metrics_of(result, step=step, now_ms=int(time.time() * 1000)))
+        held = self._held.setdefault(trial.trial_id, {})
+        for metric in metrics_of(result, step=step, now_ms=int(time.time() * 1000)):
+            if not metric.key.startswith(STEPWISE):
+                pending.append(metric)
+                continue
+            last, sent = held.get(metric.key, (None, True))
+            if last is not None and last.value == metric.value:
+                held[metric.key] = (metric, False)  # the same value: sent later if it is the last before a change
+                continue
+            if not sent:
+                pending.append(last)  # the old value's last point: a step in the curve, not a ramp
+            pending.append(metric)
+            held[metric.key] = (metric, True)
         if time.monotonic() - self._flushed >= self.flush_every_s:
             self._flush()
 
@@ -136,6 +158,13 @@ class MlflowTracking(Callback):
         self._writer.raise_error()
         if time.monotonic() - self._flushed >= self.flush_every_s:
             self._flush()
+
+    def _release_held(self, trial_id: str) -> None:
+        """A trial's held STEPWISE points that were not sent (the ends of their curves) into its pending metrics."""
+        held = self._held.pop(trial_id, {})
+        unsent = [metric for metric, sent in held.values() if not sent]
+        if unsent and trial_id in self._pending:
+            self._pending[trial_id].extend(unsent)
 
     def _flush(self, only: str | None = None) -> None:
         """Hand the gathered metrics (of every trial, or of trial `only`) to the writer."""
@@ -161,6 +190,7 @@ class MlflowTracking(Callback):
     def _finish(self, trial: Any, status: str, mlflow_status: str, *, error: str = "") -> None:
         if trial.trial_id not in self._pending and trial.trial_id not in self.runs:
             return
+        self._release_held(trial.trial_id)
         self._flush(only=trial.trial_id)
         self._pending.pop(trial.trial_id, None)
         self._writer.submit(self._end_run, trial.trial_id, status, mlflow_status, error)
@@ -174,6 +204,8 @@ class MlflowTracking(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         """Everything sent before Tune returns: the runner reads and closes the runs next."""
+        for trial_id in list(self._held):
+            self._release_held(trial_id)
         self._flush()
         self._writer.close()
 
