@@ -399,3 +399,12 @@ def test_the_exported_policy_is_the_winners_best_reevaluation_seeds():
     assert policy_trial(evaluated, mode="max") == "/r/b"
     assert policy_trial(evaluated, mode="min") == "/r/a"  # a loss: the lowest final value
     assert policy_trial(summarise(Candidate("t1", {}, 0.0), [], target=None), mode="max") is None
+
+
+def test_seeds_are_printed_as_a_range_only_when_they_run_one_by_one():
+    from tune_runner.algos.seeds import derived_seeds
+    from tune_runner.results.robust import seed_span
+
+    assert seed_span([1000, 1001, 1002]) == "1000-1002"
+    assert seed_span(derived_seeds(1000, 2)) == "1000, 1001000"  # a seed-batched re-evaluation's two seeds
+    assert seed_span([7]) == "7" and seed_span([]) == "none finished"

@@ -291,11 +291,21 @@ def scope(verdict: Verdict) -> str:
     return f"reevaluated: {headline(verdict.winner, verdict.target)}"
 
 
+def seed_span(seeds: Sequence[int]) -> str:
+    """Seeds as printed: `1000-1002` when they run one by one, else each of them (a seed-batched re-evaluation's
+    seeds are 1000, 1001000, ...: `1000-1001000` would read as a million seeds)."""
+    if not seeds:
+        return "none finished"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
+    return ", ".join(str(seed) for seed in seeds)
+
+
 def describe(verdict: Verdict, *, metric: str) -> list[str]:
     """The summary lines: one per candidate, then the verdict."""
     lines = []
     for place, ev in enumerate(verdict.ranked, 1):
-        seeds = f"{ev.seeds[0]}-{ev.seeds[-1]}" if ev.seeds else "none finished"
+        seeds = seed_span(ev.seeds)
         search = ev.candidate.search_score
         if verdict.target is None:
             lines.append(f"#{place} {ev.candidate.trial_id}  IQM {ev.iqm:.1f}  95% CI [{ev.ci[0]:.1f}, "

@@ -73,7 +73,7 @@ def claim(bundle: Bundle) -> Claim:
 
 def judge(said: Claim, again: robust.Evaluated) -> tuple[bool, str]:
     """Whether the re-run `again` bears the claim out, and the line that says so with both sets of numbers."""
-    seeds = f"{again.seeds[0]}-{again.seeds[-1]}" if again.seeds else "none finished"
+    seeds = robust.seed_span(again.seeds)
     low, high = said.ci
     if said.solved is None:
         inside = bool(again.seeds) and low <= again.iqm <= high
