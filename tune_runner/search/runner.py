@@ -6,9 +6,11 @@ tune_runner.tracking.parent's, what is printed around the live view tune_runner.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -121,7 +123,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     spec = prepared.spec
     started = time.monotonic()
     console.header(spec, name, out)
-    store = _open_store(options.mlflow_uri)
+    store = _open_store(options.mlflow_uri, warm=("torch",) if prepared.backend.exports_policy else ())
     shipped = ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
                          address=options.address, plugins=spec.plugins,
                          worker_modules=prepared.backend.worker_modules)
@@ -180,15 +182,19 @@ def _checked_on_ray(prepared: Prepared, options: RunOptions, exp_path: Path, *, 
         resume.save(exp_path, spec=prepared.spec, options=options)
 
 
-def _open_store(uri: str) -> Future:
+def _open_store(uri: str, *, warm: Sequence[str] = ()) -> Future:
     """MLflow's client for `uri`, made in a thread while Ray starts (ray.init mostly waits for Ray's
     processes): importing MLflow takes 2-4 s of the driver's own time and opening a SQLite store 1-2 s
     more. A store that would be created by opening it is not opened there (the thread only imports
-    MLflow, and answers None): a search that the checks on Ray refuse must leave no store behind."""
+    MLflow, and answers None): a search that the checks on Ray refuse must leave no store behind.
+    The modules in `warm` are imported there too: torch, which the driver needs only to log the best policy
+    as an MLflow model at the end (3 s there, after the last trial, with nothing else left to run)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tune-rl-mlflow-store")
     try:
         return pool.submit(_store_if_there, uri)
     finally:
+        for module in warm:  # after the store, which the search waits for
+            pool.submit(importlib.import_module, module)
         pool.shutdown(wait=False)
 
 
