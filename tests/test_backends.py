@@ -153,6 +153,20 @@ def test_rllib_model_config_reaches_the_rl_module_and_a_bad_field_is_one_line():
         "model_config must be a mapping of RLlib's DefaultModelConfig fields, got [32]")
 
 
+
+def test_the_exported_rllib_config_holds_the_searched_network_and_feeds_it_back():
+    """best.yaml's resolved config is what `tune-rl train --config` trains: the network RLlib built in the search
+    (its private _model_config) must be in it as model_config, and not the old stack's unused `model` dict,
+    whose fcnet_hiddens default of [256, 256] named another network."""
+    from tune_runner.trainables.rllib import rllib_config
+
+    record = backend("rllib/PPO")
+    resolved = record.resolved_config({"env": "CartPole-v1", "env_config": {}, "model_config.fcnet_hiddens": [17]})
+    assert resolved["model_config"] == {"fcnet_hiddens": [17]} and "model" not in resolved
+    again = {**resolved, "env": "CartPole-v1", "env_config": {}}
+    assert rllib_config("PPO", again).model_config["fcnet_hiddens"] == [17]
+    assert record.resolved_config(again) == resolved
+
 CHECKS_WITHOUT_TORCH = """
 import json, sys
 from tune_runner.search.preflight import _check_space_corners

@@ -269,10 +269,17 @@ class RLlibBackend(Backend):
                                                    "__module__": "tune_runner.trainables.catalog"})
 
     def resolved_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Its whole AlgorithmConfig, plain data only."""
-        from tune_runner.trainables.rllib import rllib_config
+        """Its whole AlgorithmConfig, plain data only. The new API stack's network settings are RLlib's private
+        `_model_config`: they go in as `model_config`, the name a space sets them by, and the old stack's `model`
+        dict (unused there, with its 256x256 default) stays out, or `tune-rl train --config` would train
+        another network than the search did and the bundle would say the wrong one."""
+        from tune_runner.trainables.rllib import MODEL_CONFIG, rllib_config
 
         full = rllib_config(self.algo, config).to_dict()
+        if isinstance(full.get("_model_config"), dict):
+            full[MODEL_CONFIG] = full.pop("_model_config")
+        if full.get("enable_rl_module_and_learner"):
+            full.pop("model", None)
         full.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})  # a callback in RLlib's config
         return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and _plain(v)}
 
