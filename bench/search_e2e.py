@@ -120,6 +120,10 @@ def numbers(record: dict, *, num_cpus: int) -> dict[str, float]:
     for kind in ("new", "reused"):
         waits = [t["to_first_iteration_s"] for t in record["trials"] if t["actor"] == kind]
         row[f"{kind} actor to 1st iteration (max)"] = max(waits, default=float("nan"))
+    for stage, after_search in (("search", False), ("re-evaluation", True)):  # warm_workers acts on the latter
+        waits = [t["to_first_iteration_s"] for t in record["trials"]
+                 if t["actor"] == "new" and (t["first_iteration_at"] > end["_fit"]) == after_search]
+        row[f"  {stage}'s new actors (max)"] = max(waits, default=float("nan"))
     gaps = [g for actor in record["actors"] for g in actor["gaps"]]
     row["gap between iterations (ms)"] = 1000 * statistics.fmean(gaps) if gaps else float("nan")
     row["env steps (k)"] = record["env_steps"] / 1000
