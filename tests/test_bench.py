@@ -118,8 +118,10 @@ def probe_record() -> dict:
     phases = [("_checked", 1.0, 2.0), ("ensure_ray", 3.0, 4.0), ("_tracking", 7.0, 1.0), ("_fit", 8.0, 30.0),
               ("_finish", 38.5, 25.0), ("reevaluate", 39.0, 20.0), ("write", 59.5, 1.0), ("_log_model", 60.5, 1.5)]
     return {"phases": [{"name": n, "start": s, "seconds": d} for n, s, d in phases],
-            "trials": [{"actor": "new", "to_first_iteration_s": 4.5}, {"actor": "reused", "to_first_iteration_s": 0.1},
-                       {"actor": "reused", "to_first_iteration_s": 0.3}],
+            "trials": [{"actor": "new", "to_first_iteration_s": 4.5, "first_iteration_at": 14.0},
+                       {"actor": "reused", "to_first_iteration_s": 0.1, "first_iteration_at": 20.0},
+                       {"actor": "reused", "to_first_iteration_s": 0.3, "first_iteration_at": 25.0},
+                       {"actor": "new", "to_first_iteration_s": 3.5, "first_iteration_at": 43.0}],  # re-evaluation's
             "actors": [{"gaps": [0.002, 0.004]}, {"gaps": []}], "started_at": 100.5, "forked_at": 100.0,
             "wall_s": 63.0, "outer_wall_s": 65.0, "driver_cpu_s": 20.0, "training_s": 80.0, "env_steps": 1_500_000}
 
@@ -132,6 +134,7 @@ def test_the_search_benchmark_splits_a_run_into_its_stages():
     assert (row["after the re-evaluation"], row["exit"]) == (4.0, 1.5)  # 63 - (39 + 20); 65 - 0.5 - 63
     assert (row["training"], row["not training"]) == (40.0, 25.0)  # 80 trial-seconds on 2 CPUs
     assert row["new actor to 1st iteration (max)"] == 4.5 and row["reused actor to 1st iteration (max)"] == 0.3
+    assert (row["  search's new actors (max)"], row["  re-evaluation's new actors (max)"]) == (4.5, 3.5)  # fit ends 38
     assert row["gap between iterations (ms)"] == pytest.approx(3.0)
     ours = e2e.numbers({**probe_record(), "outer_wall_s": 32.5}, num_cpus=2)
     table = e2e.table({"base": [row], "ours": [ours]})
