@@ -165,3 +165,30 @@ def test_the_pendulum_benchmark_runs_off_the_seeds_its_config_was_chosen_on_and_
     pendulum.report(runs, args)
     out = capsys.readouterr().out
     assert "= 0.125; target <= 0.20: met" in out and "at least as many: met" in out
+
+
+def test_the_halfcheetah_benchmark_trains_the_zoos_entry_on_both_sides_and_reports_every_run(capsys):
+    """Ours must train the zoo's HalfCheetah entry, setting for setting, or the env steps/s compare different
+    work; a run that failed stays in the table."""
+    cheetah = bench_module("halfcheetah")
+    zoo, ours = cheetah.ZOO_PPO, cheetah.OUR_PPO
+    same = {"n_envs": "num_envs_per_env_runner", "n_steps": "train_batch_size", "batch_size": "minibatch_size",
+            "n_epochs": "num_epochs", "gamma": "gamma", "gae_lambda": "lambda_", "learning_rate": "lr",
+            "ent_coef": "entropy_coeff", "clip_range": "clip_param", "max_grad_norm": "grad_clip",
+            "vf_coef": "vf_loss_coeff"}
+    assert all(ours[theirs] == zoo[key] for key, theirs in same.items()), ours
+    assert "log_std_init=-2" in zoo["policy_kwargs"] and ours["log_std_init"] == -2.0
+    assert "pi=[256, 256], vf=[256, 256]" in zoo["policy_kwargs"] and ours["fcnet_hiddens"] == [256, 256]
+    assert "nn.ReLU" in zoo["policy_kwargs"] and ours["fcnet_activation"] == "relu"
+    assert zoo["normalize"] and ours["observation_filter"] == "MeanStdFilter" and ours["normalize_rewards"]
+    from tune_runner.algos import PPOConfig
+
+    PPOConfig.from_dict(ours)  # a valid config of ours
+    args = cheetah.parse_args([])
+    assert args.seeds >= 3 and args.max_env_steps == 1_000_000
+    done = {"wall_s": 110.0, "build_s": 10.0, "env_steps": 1_000_000, "return_mean": 1500.0, "peak_rss_mb": 300.0}
+    cheetah.report({"ours/PPO": [done, {**done, "error": "exit status 1"}],
+                    "sb3/PPO": [{**done, "wall_s": 510.0, "return_mean": 1200.0}]}, args)
+    out = capsys.readouterr().out
+    assert "| ours/PPO | 1/2 | 10,000 |" in out and "| sb3/PPO | 1/1 | 2,000 |" in out
+    assert "ours / SB3: 5.00" in out
