@@ -405,6 +405,75 @@ def add_run_args(parser: argparse.ArgumentParser, contenders: tuple[str, ...]) -
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
 
 
+def run_own_ppo(values: dict[str, Any], *, env_id: str, seed: int, clock_args: dict[str, Any],
+                target: float) -> dict[str, Any]:
+    """Our PPO with `values` on `env_id` and `seed`, trained until the target or a cap (bench/solve_pendulum.py and
+    bench/halfcheetah.py)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from tune_runner.algos import PPO, PPOConfig
+
+    values = {**values, "metrics_num_episodes_for_smoothing": WINDOW, "seed": seed}
+    clock = Clock(**clock_args)
+    learner = PPO(PPOConfig.from_dict(values), env_id=env_id)
+    clock.mark_built()
+    return train_ours(learner, clock, config=values, target=target)
+
+
+def seed_args(description: str, argv: list[str] | None, *, contenders: tuple[str, ...], seeds: int, max_wall: float,
+              max_env_steps: int) -> argparse.Namespace:
+    """The flags of a benchmark of `contenders` on seeds --first-seed and up (bench/solve_pendulum.py,
+    bench/halfcheetah.py), each checked > 0."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", type=int, default=seeds, help=f"how many seeds, from --first-seed (default {seeds})")
+    parser.add_argument("--first-seed", type=int, default=1000, help="the first seed (default 1000)")
+    parser.add_argument("--max-wall", type=float, default=max_wall,
+                        help=f"wall-clock cap per run in s (default {max_wall:g})")
+    parser.add_argument("--max-env-steps", type=int, default=max_env_steps,
+                        help=f"env-step cap per run (default {max_env_steps:g})")
+    parser.add_argument("--contenders", nargs="+", choices=contenders, default=list(contenders))
+    add_run_args(parser, contenders)
+    args = parser.parse_args(argv)
+    for flag in ("seeds", "max_wall", "max_env_steps"):
+        if not getattr(args, flag) > 0:
+            parser.error(f"--{flag.replace('_', '-')} must be > 0, got {getattr(args, flag)}")
+    return args
+
+
+def run_seeds(args: argparse.Namespace, *, declared: dict[str, dict], script: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every contender of `args` on seeds --first-seed and up, each in its own process (`script --child`), seeds
+    outermost so that drift in the machine's load hits every contender alike; `declared` configs are printed."""
+    pythons = contender_pythons(args, declared=declared)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in pythons}
+    with tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as logs:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            for name, python in pythons.items():
+                result = run_child(name, seed, python=python, args=args, logs=Path(logs), script=script)
+                if name == "sb3/PPO" and seed == args.first_seed and "config" in result and name not in declared:
+                    print(f"sb3/PPO config: {json.dumps(result['config'])}")
+                print(describe(name, seed, result), flush=True)
+                runs[name].append({**result, "seed": seed})
+    return runs
+
+
+def ours_against_sb3(args: argparse.Namespace, *, run_ours: Any, run_sb3: Any, declared: dict[str, dict],
+                     script: Path, report: Any) -> int:
+    """The main of a benchmark of ours/PPO against sb3/PPO (bench/solve_pendulum.py, bench/halfcheetah.py): a
+    contender's child process runs `run_ours` or `run_sb3(seed, clock_args)`; the driver runs every seed, then
+    `report(runs, args)`. Exit status 1 when a run failed."""
+    clock_args = {"max_wall": args.max_wall, "max_env_steps": args.max_env_steps}
+    if args.child:
+        result = (run_ours if args.child == "ours/PPO" else run_sb3)(args.seed, clock_args)
+        args.result.write_text(json.dumps(result))
+        return 0
+    runs = run_seeds(args, declared=declared, script=script)
+    report(runs, args)
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+    return 1 if any("error" in r for rs in runs.values() for r in rs) else 0
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0 .. N-1 for every contender (default 10)")
@@ -428,8 +497,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def contender_pythons(args: argparse.Namespace) -> dict[str, Path]:
-    """The interpreter each chosen contender runs under (SB3: its own venv; left out if that fails)."""
+def contender_pythons(args: argparse.Namespace, *, declared: dict[str, dict] | None = None) -> dict[str, Path]:
+    """The interpreter each chosen contender runs under (SB3: its own venv; left out if that fails); the
+    `declared` configs (CartPole's by default) are printed."""
     pythons = {name: Path(sys.executable) for name in args.contenders}
     if "sb3/PPO" in pythons:
         sb3 = sb3_python(args.sb3_venv)
@@ -437,7 +507,8 @@ def contender_pythons(args: argparse.Namespace) -> dict[str, Path]:
             del pythons["sb3/PPO"]
         else:
             pythons["sb3/PPO"] = sb3
-    declared = {"ours/PPO": OUR_PPO, "ours/DQN": OUR_DQN, "rllib/PPO": RLLIB_PPO, "rllib/DQN": RLLIB_DQN}
+    if declared is None:
+        declared = {"ours/PPO": OUR_PPO, "ours/DQN": OUR_DQN, "rllib/PPO": RLLIB_PPO, "rllib/DQN": RLLIB_DQN}
     for name in pythons:
         if name in declared:  # SB3's comes from the zoo file in its venv: printed with its first run
             print(f"{name} config: {json.dumps(declared[name])}")

@@ -17,10 +17,8 @@ stops there.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +38,7 @@ CONTENDERS = ("ours/PPO", "sb3/PPO")
 
 
 def run_ours(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    torch.set_num_threads(1)
-    from tune_runner.algos import PPO, PPOConfig
-
-    values = {**OUR_PPO, "metrics_num_episodes_for_smoothing": solve.WINDOW, "seed": seed}
-    clock = solve.Clock(**clock_args)
-    learner = PPO(PPOConfig.from_dict(values), env_id=ENV_ID)
-    clock.mark_built()
-    return solve.train_ours(learner, clock, config=values, target=TARGET)
+    return solve.run_own_ppo(OUR_PPO, env_id=ENV_ID, seed=seed, clock_args=clock_args, target=TARGET)
 
 
 def run_sb3(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
@@ -63,18 +52,8 @@ def run_sb3(seed: int, clock_args: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="how many seeds, from --first-seed (default 5)")
-    parser.add_argument("--first-seed", type=int, default=1000, help="the first seed (default 1000)")
-    parser.add_argument("--max-wall", type=float, default=600.0, help="wall-clock cap per run in s (default 600)")
-    parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="env-step cap per run (default 1e6)")
-    parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
-    solve.add_run_args(parser, CONTENDERS)
-    args = parser.parse_args(argv)
-    for flag in ("seeds", "max_wall", "max_env_steps"):
-        if not getattr(args, flag) > 0:
-            parser.error(f"--{flag.replace('_', '-')} must be > 0, got {getattr(args, flag)}")
-    return args
+    return solve.seed_args(__doc__.split("\n\n")[0], argv, contenders=CONTENDERS, seeds=5, max_wall=600.0,
+                           max_env_steps=1_000_000)
 
 
 def report(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
@@ -100,34 +79,8 @@ def report(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> N
 
 
 def main() -> int:
-    args = parse_args()
-    clock_args = {"max_wall": args.max_wall, "max_env_steps": args.max_env_steps}
-    if args.child:
-        result = run_ours(args.seed, clock_args) if args.child == "ours/PPO" else run_sb3(args.seed, clock_args)
-        args.result.write_text(json.dumps(result))
-        return 0
-    pythons = {name: Path(sys.executable) for name in args.contenders}
-    if "sb3/PPO" in pythons:
-        sb3 = solve.sb3_python(args.sb3_venv)
-        if sb3 is None:
-            del pythons["sb3/PPO"]
-        else:
-            pythons["sb3/PPO"] = sb3
-    print(f"ours/PPO config: {json.dumps(OUR_PPO)}")
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in pythons}
-    with tempfile.TemporaryDirectory(prefix="solve_pendulum-") as logs:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: load drift hits both
-            for name, python in pythons.items():
-                result = solve.run_child(name, seed, python=python, args=args, logs=Path(logs),
-                                         script=Path(__file__).resolve())
-                if name == "sb3/PPO" and seed == args.first_seed and "config" in result:
-                    print(f"sb3/PPO config: {json.dumps(result['config'])}")
-                print(solve.describe(name, seed, result), flush=True)
-                runs[name].append({**result, "seed": seed})
-    report(runs, args)
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=1))
-    return 1 if any("error" in r for rs in runs.values() for r in rs) else 0
+    return solve.ours_against_sb3(parse_args(), run_ours=run_ours, run_sb3=run_sb3, report=report,
+                                  declared={"ours/PPO": OUR_PPO}, script=Path(__file__).resolve())
 
 
 if __name__ == "__main__":
