@@ -4,7 +4,8 @@ Our numpy-vectorized Pendulum-v1: the same seed gives the same starts, observati
 rounding) rewards, and our PPO trains bit for bit the same on either; it is picked by default, and an env_config
 it does not take falls back. The worker processes (`processes` mode, a trial with several CPUs): the same numbers
 as one SyncVectorEnv, any split of the envs; our PPO and DQN train bit for bit the same; a worker's error reaches
-the learner in one line, and no worker outlives its env or the process that started it. EnvPool (where it is
+the learner in one line, and no worker outlives its env or the process that started it. Several seeds' CartPole or
+Pendulum envs stepped as one (JointStep): each seed gets bit for bit what its envs give alone. EnvPool (where it is
 installed; CI has not: pip install envpool): picked for an id only it vectorizes, its episodes statistically
 those of gymnasium's envs, its autoreset our NEXT_STEP contract; where it is not, asking for it is refused.
 """
@@ -20,8 +21,17 @@ import pytest
 
 from tests.test_algos import same, same_weights
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig
+from tune_runner.algos.batched import SeedEnvs
 from tune_runner.algos.common import default_vectorize_mode, make_vec_env
-from tune_runner.algos.vector_envs import PendulumVectorEnv, ProcessVectorEnv, env_step_seconds, processes_pay
+from tune_runner.algos.vector_envs import (
+    JointCartPole,
+    JointPendulum,
+    PendulumVectorEnv,
+    ProcessVectorEnv,
+    env_step_seconds,
+    joint_step,
+    processes_pay,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
@@ -78,6 +88,52 @@ def test_pendulum_takes_ours_by_default_and_gymnasiums_for_a_key_ours_lacks():
 def sync_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP})
+
+
+
+def seed_envs(env_id: str, seeds: list[int], num_envs: int) -> SeedEnvs:
+    return SeedEnvs([make_vec_env(env_id, env_config={}, num_envs=num_envs, seed=seed) for seed in seeds])
+
+
+@pytest.mark.parametrize(("env_id", "kind"), [("CartPole-v1", JointCartPole), ("Pendulum-v1", JointPendulum)])
+def test_seeds_stepped_as_one_env_get_what_their_envs_give_alone(env_id, kind):
+    """Three seeds' envs in one joint step, against each seed's envs stepped alone: the same observations,
+    rewards and ends, bit for bit, over enough steps for every env to reset several times, each seed's resets
+    from its own generator (in CartPole, one generator per seed draws all its envs' resets)."""
+    seeds, n, steps = [3, 11, 40], 5, 700
+    together = seed_envs(env_id, seeds, n)
+    assert isinstance(together._joint, kind)  # else this compares the one-by-one path with itself
+    alone = [make_vec_env(env_id, env_config={}, num_envs=n, seed=seed) for seed in seeds]
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(steps):
+        actions = (rng.integers(0, 2, size=len(seeds) * n) if env_id == "CartPole-v1"
+                   else rng.uniform(-2, 2, size=(len(seeds) * n, 1)).astype(np.float32))
+        joint = together.step(actions)
+        parts = [env.step(actions[i * n:(i + 1) * n]) for i, env in enumerate(alone)]
+        for field, got in zip(joint._fields, joint, strict=True):
+            np.testing.assert_array_equal(got, np.concatenate([getattr(part, field) for part in parts]), field)
+        np.testing.assert_array_equal(together.obs, np.concatenate([env.obs for env in alone]))
+        ends += int((joint.terminated | joint.truncated).sum())
+    assert ends >= 3 * len(seeds) * n, ends
+    for env in together.envs + alone:
+        env.close()
+
+
+def test_seeds_whose_envs_differ_are_stepped_one_by_one_with_their_own_settings():
+    """A curriculum set one seed's gravity: the joint step would give it the others'; each seed steps alone."""
+    seeds, n = [1, 2], 4
+    together, alone = seed_envs("CartPole-v1", seeds, n), [make_vec_env("CartPole-v1", env_config={}, num_envs=n,
+                                                                        seed=seed) for seed in seeds]
+    together.envs[1].env.gravity = alone[1].env.gravity = 30.0
+    assert not together._joint.same_settings([env.env for env in together.envs])
+    for _ in range(60):
+        actions = np.zeros(len(seeds) * n, dtype=np.int64)
+        joint = together.step(actions)
+        np.testing.assert_array_equal(joint.terminated, np.concatenate(
+            [env.step(actions[i * n:(i + 1) * n]).terminated for i, env in enumerate(alone)]))
+        np.testing.assert_array_equal(together.obs, np.concatenate([env.obs for env in alone]))
+    assert joint_step([together.envs[0].env]) is None  # one seed: its own env's step, untouched
 
 
 @pytest.mark.parametrize(("env_id", "num_envs", "workers"), [("CartPole-v1", 7, 3), ("Acrobot-v1", 4, 2)])

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tune_runner.algos.common import Step, VecEnv
+from tune_runner.algos.vector_envs import joint_step
 
 # SeedAdam's parameters are strided views of one [K, P] buffer, and their gradients views with the same
 # strides, so backward accumulates in place as intended; torch warns about any parameter with gaps.
@@ -331,7 +332,9 @@ class SeedEnvs:
 
     Each seed keeps a vector env of its own (common.VecEnv): a numpy-vectorized env such as CartPole's
     draws every reset from one generator, so a shared env could not give each seed the envs it has
-    alone. With K = 1 it is that one env's arrays, untouched.
+    alone. Where their class allows (CartPole, Pendulum: vector_envs.JointStep), one step of the class's
+    code steps them all, each seed's resets drawn from its own generator; else they are stepped one by one.
+    With K = 1 it is that one env's arrays, untouched.
     """
 
     def __init__(self, envs: Sequence[VecEnv]) -> None:
@@ -342,6 +345,7 @@ class SeedEnvs:
         self.obs_dim, self.num_actions, self.masked = first.obs_dim, first.num_actions, first.masked
         self.actions, self.continuous, self.nvec = first.actions, first.continuous, first.actions.nvec
         self.obs_shape, self.obs_dtype = first.obs_shape, first.obs_dtype
+        self._joint = joint_step([env.env for env in self.envs])  # None: each seed's envs are stepped alone
 
     @property
     def backend(self) -> str:
@@ -379,7 +383,13 @@ class SeedEnvs:
         if self.num_seeds == 1:
             return self.envs[0].step(actions)
         n = self.envs_per_seed
-        steps = [env.step(actions[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
+        envs = [env.env for env in self.envs]  # a restored seed's env is a new object of the same class
+        if self._joint is not None and self._joint.fits(envs) and self._joint.same_settings(envs):
+            raw, rewards, terminated, truncated, _ = self._joint.step(envs, self.actions.for_env(actions))
+            steps = [env.took(raw[i * n:(i + 1) * n], rewards[i * n:(i + 1) * n], terminated[i * n:(i + 1) * n],
+                              truncated[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
+        else:
+            steps = [env.step(actions[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
         return Step(*(np.concatenate(part) for part in zip(*steps, strict=True)))
 
     def close(self) -> None:

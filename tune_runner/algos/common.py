@@ -396,8 +396,11 @@ class VecEnv:
     def step(self, actions: np.ndarray) -> Step:
         """One step of every env; `self.obs`/`self.mask` move on. Box actions are [num_envs, size] and are
         clipped to the space's bounds here (the learner keeps what it sampled)."""
+        return self.took(*self.env.step(self.actions.for_env(actions))[:4])
+
+    def took(self, raw: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> Step:
+        """Record what a step of the envs gave (also when several seeds' envs were stepped as one)."""
         valid = ~self.resetting
-        raw, rewards, terminated, truncated, _ = self.env.step(self.actions.for_env(actions))
         self.resetting = terminated | truncated
         self.obs, self.mask = split_obs(raw)
         return Step(np.asarray(rewards, dtype=np.float32), terminated, truncated, valid)
