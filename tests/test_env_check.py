@@ -7,6 +7,7 @@ The refusals' one-line texts through the CLI are in the corpus (tests/bad_inputs
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -169,10 +170,27 @@ def test_the_envs_own_error_is_named_with_its_type_when_its_message_alone_says_l
 @pytest.mark.parametrize("trainable, env", [
     ("ppo", "Acrobot-v1"), ("dqn", "MountainCar-v0"), ("ppo", "masked_choice"), ("dqn", "curriculum_corridor"),
     ("rllib/PPO", "Pendulum-v1"), ("rllib/SAC", "Pendulum-v1"), ("rllib/SAC", "CartPole-v1"),
-    ("rllib/DQN", "Acrobot-v1"),
+    ("rllib/DQN", "Acrobot-v1"), ("ppo", "LunarLanderContinuous-v3"), ("dqn", "LunarLander-v3"),
 ])
 def test_envs_we_did_not_tune_for_pass_when_the_trainable_takes_their_spaces(trainable, env):
     check(spec(trainable, env))
+
+
+@pytest.mark.parametrize(("env", "package", "what", "extra"), [
+    ("LunarLanderContinuous-v3", "Box2D", "Box2D", "box2d"), ("HalfCheetah-v5", "mujoco", "MuJoCo", "mujoco")])
+def test_an_env_whose_package_is_missing_is_refused_with_the_extra_that_installs_it(env, package, what, extra,
+                                                                                    uninstalled, monkeypatch):
+    """gymnasium's own message asks for swig and a source build (Box2D); ours names the extra with the wheel."""
+    from tune_runner.trainables import trial
+
+    family = f"gymnasium.envs.{extra}"
+    for name in [m for m in sys.modules if m.split(".")[0] == package or m == family or m.startswith(family + ".")]:
+        monkeypatch.delitem(sys.modules, name)  # imported again, under `uninstalled`
+    monkeypatch.setattr(trial, "_BUILT", {})
+    uninstalled(package)
+    with pytest.raises(UserError, match=rf"^space.yaml: env: {env} needs {what}, which is not installed: "
+                                        rf"pip install 'tune-rl\[{extra}\]'$"):
+        check(spec("ppo", env))
 
 
 def test_an_agent_declares_what_it_trains_and_an_undeclared_one_takes_any_env():

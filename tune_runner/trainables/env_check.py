@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from tune_runner.trainables.backends import Backend, Trains
 
 WORDS = {"Box": "continuous", "Discrete": "discrete"}  # how a hint names the kind of actions
+# gymnasium's env families that need a package it does not install: the module of their entry points -> (what
+# is missing, our extra that installs it). Box2D: the `box2d` wheel, where gymnasium's own message asks for
+# swig and a source build of box2d-py.
+ENV_EXTRAS = {"gymnasium.envs.box2d": ("Box2D", "box2d"), "gymnasium.envs.mujoco": ("MuJoCo", "mujoco")}
 
 
 
@@ -99,9 +103,30 @@ def _build_problem(spec: ExperimentSpec, corner: Corner | None, env_config: dict
     if corner is not None:
         fix = "drop that choice" if corner.which == "a choice" else "narrow the range"
         return f"{spec.source}: {corner}: {message}; {fix}"
+    extra = missing_extra(spec.env, exc)
+    if extra:
+        return f"{spec.source}: env: {spec.env} {extra}"
     if not env_config:
         return f"{spec.source}: env: {spec.env} cannot be built: {message}"
     return f"{spec.source}: env_config: {message}"
+
+
+def missing_extra(env_id: str, exc: Exception) -> str | None:
+    """'needs X, which is not installed: pip install ...' when `exc` says a package of one of ENV_EXTRAS'
+    families is missing; else None."""
+    import gymnasium as gym
+
+    if not isinstance(exc, gym.error.DependencyNotInstalled | ImportError):
+        return None
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return None
+    module = entry_point if isinstance(entry_point, str) else getattr(entry_point, "__module__", "")
+    for family, (what, extra) in ENV_EXTRAS.items():
+        if module.startswith(family + ".") or module.startswith(family + ":"):
+            return f"needs {what}, which is not installed: pip install 'tune-rl[{extra}]'"
+    return None
 
 
 def kind_accepts(kinds: tuple[str, ...], space: gym.Space) -> bool:
