@@ -201,6 +201,44 @@ def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
         trainable.stop()
 
 
+RECORD = """
+    SEEN = []
+
+    def record(train_results, task_settable_env, env_ctx):
+        SEEN.append(dict(train_results))
+        return len(SEEN)
+"""
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_with_several_seeds_each_seeds_envs_take_a_task_from_that_seeds_own_result(name, tmp_path):
+    """seeds_per_trial with a curriculum (the re-evaluation of curriculum.yaml trains 2 seeds in one trial): the
+    task function is asked once per seed, with that seed's numbers only, and its answer goes to that seed's envs."""
+    from tune_runner.spec.reserved import SEEDS_KEY
+    from tune_runner.trainables.own import own_trainable_class
+
+    fn = write(tmp_path / "record.py", RECORD)
+    config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:record", "seed": 0, SEEDS_KEY: 2,
+              "num_envs_per_env_runner": 2, "fcnet_hiddens": [16]}
+    config.update({"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1} if name == "ppo" else
+                  {"train_batch_size": 16, "training_intensity": 1, "num_steps_sampled_before_learning_starts": 0,
+                   "replay_buffer_config.capacity": 500})
+    trainable = own_trainable_class(name)(config=config)
+    try:
+        result = trainable.train()
+        seen = trainable.task_fn.__globals__["SEEN"]
+        assert len(seen) == 2
+        for i, own in enumerate(seen):
+            assert own["env_steps"] == result[f"seed_{i}/env_steps"] and own["training_iteration"] == 1
+            assert own["episode_return_mean"] == result[f"seed_{i}/episode_return_mean"]
+            assert not any(key.startswith("seed_") for key in own)  # no other seed's numbers
+        assert seen[0]["episode_return_mean"] != seen[1]["episode_return_mean"]  # else this could not tell
+        levels = [[e.unwrapped.level for e in env.envs] for env in curriculum.seed_vector_envs(trainable.learner)]
+        assert levels == [[1, 1], [2, 2]] and result["task"] == 1.5
+    finally:
+        trainable.stop()
+
+
 def test_env_task_fn_is_a_setting_of_every_trainable_and_checked_before_launch(tmp_path):
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     for trainable in map(backend, ("ppo", "dqn", "rllib/PPO", "rllib/DQN")):

@@ -91,9 +91,10 @@ def space_file(tmp_path: Path, *, trainable: str, runners: int) -> Path:
     return path
 
 
-# Ours in the trial's process, RLlib with a remote env runner (the task crosses processes); our rollout
-# workers and RLlib's local runner take the same code paths as these (unit tests in test_curriculum.py).
-@pytest.mark.parametrize("trainable, runners", [("rllib/PPO", 1)], ids=["rllib-PPO-remote-env-runner"])
+# RLlib with a remote env runner and ours with a rollout worker (the task crosses processes); ours in the trial's
+# process and RLlib's local runner take the same code paths as these (unit tests in test_curriculum.py).
+@pytest.mark.parametrize("trainable, runners", [("rllib/PPO", 1), ("ppo", 1)],
+                         ids=["rllib-PPO-remote-env-runner", "ppo-rollout-worker"])
 def test_the_logged_task_rises_and_the_envs_follow_it(trainable, runners, ray_session, cli, _isolated_home,
                                                       tmp_path):
     from mlflow.tracking import MlflowClient

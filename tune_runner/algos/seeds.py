@@ -95,15 +95,21 @@ def with_aggregates(result: Mapping[str, Any], how: str = "iqm") -> dict[str, An
     """A flat K-seed result (`seed_<i>/<name>` keys, a user agent's or ours) with every numeric name's
     aggregate under the plain name, as `seed_metrics` computes it (the counters: the minimum); a result
     without seed keys is returned as it is. The trial applies it to every result, so one rule holds."""
+    seeds = split_seeds(result)
+    if len(seeds) < 2 or sorted(seeds) != list(range(len(seeds))):
+        return dict(result)
+    aggregates = seed_metrics([seeds[i] for i in range(len(seeds))], how=how)
+    return {**result, **{k: v for k, v in aggregates.items() if not k.startswith(PREFIX)}}
+
+
+def split_seeds(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """The numbers a K-seed result holds per seed (`seed_<i>/<name>`), as {i: {name: value}}."""
     seeds: dict[int, dict[str, Any]] = {}
     for key, value in result.items():
         head, slash, name = key.partition("/")
         if slash and head.startswith(PREFIX) and head[len(PREFIX):].isdigit() and _number(value):
             seeds.setdefault(int(head[len(PREFIX):]), {})[name] = value
-    if len(seeds) < 2 or sorted(seeds) != list(range(len(seeds))):
-        return dict(result)
-    aggregates = seed_metrics([seeds[i] for i in range(len(seeds))], how=how)
-    return {**result, **{k: v for k, v in aggregates.items() if not k.startswith(PREFIX)}}
+    return seeds
 
 
 def _number(value: Any) -> bool:

@@ -173,6 +173,33 @@ def advance(fn: Callable[[dict, Any, Any], Any], *, vector_env: gym.vector.Vecto
     return current_tasks(vector_env)
 
 
+def seed_vector_envs(learner: Any) -> list[gym.vector.VectorEnv]:
+    """The gymnasium vector env of each seed of one of our learners (one for a one-seed learner)."""
+    return [env.env for env in learner.env.envs]
+
+
+def check_seeds_settable(learner: Any, *, env_id: str) -> None:
+    """check_task_settable on every seed's envs."""
+    for vector_env in seed_vector_envs(learner):
+        check_task_settable(vector_env, env_id=env_id)
+
+
+def advance_seeds(fn: Callable[[dict, Any, Any], Any], *, learner: Any, result: Mapping[str, Any],
+                  env_ctx: Mapping[str, Any], **more: Any) -> list[Any]:
+    """`advance` on each seed's envs of one of our learners, given that seed's own result (its `seed_<i>/`
+    numbers and env steps; the trial's result for one seed): a seed's task follows its own training, never
+    another seed's. The tasks now set, seed after seed."""
+    from tune_runner.algos.seeds import split_seeds
+
+    envs = seed_vector_envs(learner)
+    own = split_seeds(result) if len(envs) > 1 else {0: dict(result)}
+    tasks: list[Any] = []
+    for i, vector_env in enumerate(envs):
+        results = task_results(own[i], env_steps=int(own[i]["env_steps"]), **more)
+        tasks += advance(fn, vector_env=vector_env, results=results, env_ctx=env_ctx)
+    return tasks
+
+
 def check_env(env_id: str, env_config: Mapping[str, Any] | None = None) -> None:
     """Preflight: one instance of the env must have get_task and set_task (a one-line UserError if not)."""
     if env_id in _CHECKED_ENVS:

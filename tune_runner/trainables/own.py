@@ -56,7 +56,7 @@ class OwnTrainable(tune.Trainable):
             from tune_runner.trainables import curriculum
 
             self.task_fn = curriculum.resolve_task_fn(config["env_task_fn"])
-            curriculum.check_task_settable(self.learner.env.env, env_id=config["env"])
+            curriculum.check_seeds_settable(self.learner, env_id=config["env"])
         self.runners = None
         if config.get("num_env_runners", 0) > 0:
             from tune_runner.trainables.rollouts import RolloutGroup
@@ -82,16 +82,16 @@ class OwnTrainable(tune.Trainable):
                 "device": getattr(device, "type", str(device)), **({"vector_env": backend} if backend else {})}
 
     def _advance_curriculum(self, result: dict[str, float]) -> dict[str, float]:
-        """Set the next task on every env that samples (ours, or the rollout workers'); `task`, their mean."""
+        """Set the next task on every env that samples (ours, or the rollout workers'), each seed's from its own
+        result; `task`, their mean."""
         from tune_runner.trainables import curriculum
 
-        results = curriculum.task_results(result, env_steps=int(result["env_steps"]),
-                                          training_iteration=self.iteration + 1)  # Tune counts it after step()
+        iteration = self.iteration + 1  # Tune counts it after step()
         if self.runners is not None:
-            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], results)
+            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], result, training_iteration=iteration)
         else:
-            tasks = curriculum.advance(self.task_fn, vector_env=self.learner.env.env, results=results,
-                                       env_ctx=env_config_of(self.config))
+            tasks = curriculum.advance_seeds(self.task_fn, learner=self.learner, result=result,
+                                             env_ctx=env_config_of(self.config), training_iteration=iteration)
         mean = curriculum.mean_task(tasks)
         return {} if mean is None else {"task": mean}
 

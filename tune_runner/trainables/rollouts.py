@@ -174,14 +174,14 @@ class RolloutWorker:
         push = None if self.replay is None else (lambda transitions: ray.get(self.replay.add.remote(transitions)))
         return worker_sample(self.learner, weights=weights, num_steps=num_steps, env_steps=env_steps, push=push)
 
-    def advance_curriculum(self, ref: str, results: dict) -> list:
-        """Set the task function's next task on this worker's envs; their tasks."""
+    def advance_curriculum(self, ref: str, result: dict, **more: Any) -> list:
+        """Set the task function's next task on this worker's envs, each seed's from its own result; their
+        tasks."""
         from tune_runner.trainables import curriculum
 
-        env = self.learner.env.env
-        curriculum.check_task_settable(env, env_id=self.config_env)
-        return curriculum.advance(curriculum.resolve_task_fn(ref), vector_env=env, results=results,
-                                  env_ctx=self.env_config)
+        curriculum.check_seeds_settable(self.learner, env_id=self.config_env)
+        return curriculum.advance_seeds(curriculum.resolve_task_fn(ref), learner=self.learner, result=result,
+                                        env_ctx=self.env_config, **more)
 
 
 class RolloutGroup:
@@ -217,10 +217,10 @@ class RolloutGroup:
         ray.get(self.server.push.remote(weights))
         return ray.get([w.sample.remote(num_steps, env_steps) for w in self.workers])
 
-    def advance_curriculum(self, ref: str, results: dict) -> list:
+    def advance_curriculum(self, ref: str, result: dict, **more: Any) -> list:
         """Every worker sets the task function's next task on its envs (the trainer's own envs do not
         sample here); all their tasks."""
-        return [task for tasks in ray.get([w.advance_curriculum.remote(ref, results) for w in self.workers])
+        return [task for tasks in ray.get([w.advance_curriculum.remote(ref, result, **more) for w in self.workers])
                 for task in tasks]
 
     def get_state(self) -> dict | None:
