@@ -78,6 +78,21 @@ def test_rank_orders_by_iqm_and_calls_a_clear_winner_only_without_overlap():
         .trial_id == "a"
 
 
+@pytest.mark.parametrize("target", [None, Target(475.0, 250_000)], ids=["metric", "stop_at"])
+def test_a_candidate_with_no_finished_seed_is_never_a_clear_winner_or_loser(target):
+    """Every re-evaluation trial of a config failed (curriculum.yaml's did, on 2 seeds): its NaN interval
+    overlaps nothing, which read as a clear winner. Now: no verdict, and the search's best stands."""
+    failed = [summarise(Candidate(name, {}, 1.0), [], target=target) for name in ("a", "b")]
+    verdict = rank(failed, mode="max", target=target)
+    assert not verdict.clear and not verdict.decided
+    assert verdict.sentence().startswith("no verdict: no re-evaluation seed finished")
+    finished = summarise(Candidate("c", {}, 1.0), _runs((478.0, 90_000), (479.0, 95_000)), target=target)
+    one_failed = rank([failed[0], finished], mode="max", target=target)
+    assert one_failed.winner.candidate.trial_id == "c" and one_failed.decided and not one_failed.clear
+    assert one_failed.sentence().startswith("no verdict between #1 and #2")
+    assert rank([failed[0]], mode="max", target=target).clear is False
+
+
 def test_the_automatic_stage_costs_at_most_the_searchs_own_trial_count():
     assert plan(8, top=None, seeds=None) == (2, 3)
     assert plan(5, top=None, seeds=None) == (2, 2)

@@ -220,3 +220,51 @@ def test_report_renders_every_plot_and_reads_in_a_real_browser(ray_session, cli,
         page.screenshot(path=shots / "report.png", full_page=True)
         browser.close()
     assert (shots / "report.png").stat().st_size > 20_000
+
+
+FAILS_ON_FRESH_SEEDS = '''
+import gymnasium as gym
+import numpy as np
+
+from tune_runner.plugins import register_env
+
+
+@register_env("fails_on_fresh_seeds")
+class FailsOnFreshSeeds(gym.Env):
+    """A one-step env that works for the search's seeds and raises for the re-evaluation's (1000 and up)."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_config=None):
+        pass
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and seed >= 1000:
+            raise RuntimeError(f"no env for seed {seed}")
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), float(action), True, False, {}
+'''
+
+
+def test_a_reevaluation_whose_trials_all_fail_names_their_errors_and_keeps_the_searchs_best(
+        ray_session, cli, _isolated_home, tmp_path):
+    """Every re-evaluation trial failed (curriculum.yaml's did, on 2 seeds in one trial): each is named with its
+    error, there is no verdict (a NaN interval read as a clear winner), and the search's best is exported."""
+    (tmp_path / "fails.py").write_text(FAILS_ON_FRESH_SEEDS)
+    raw = {"trainable": "ppo", "env": "fails_on_fresh_seeds", "budget": {"env_steps": 512}, "searcher": "random",
+           "scheduler": "fifo", "num_samples": 4, "reevaluate": {"top": 2, "seeds": 2}, "plugins": ["fails.py"],
+           "fixed": {"num_envs_per_env_runner": 2, "train_batch_size_per_learner": 256, "minibatch_size": 128,
+                     "fcnet_hiddens": [8]},
+           "space": {"lr": {"loguniform": [1.0e-4, 1.0e-2]}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    result = cli("search", "--space", str(tmp_path / "s.yaml"), "--name", "fails")
+    assert result.status == 0, result.err + result.out[-2000:]
+    errored = [line for line in result.out.splitlines() if " errored: " in line]
+    assert len(errored) == 2 and all("RuntimeError: no env for seed 1000" in line for line in errored), result.out
+    assert "no verdict: no re-evaluation seed finished" in result.out and "clear winner" not in result.out
+    bundle = yaml.safe_load((_isolated_home / "results" / "fails" / "best.yaml").read_text())
+    assert bundle["result"]["scope"] == "last" and bundle["result"]["episode_return_mean"] > 0, bundle["result"]

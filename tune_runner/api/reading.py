@@ -40,7 +40,8 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
 
         verdict = _reevaluate_best(judged, loaded, path, top=reevaluate, seeds=seeds, num_cpus=num_cpus,
                                    out=out or sys.stdout)
-        chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
+        if verdict.decided:
+            chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
     return best_result(spec, chosen, experiment=name, path=path, verdict=verdict, tracked=tracked)
 
 

@@ -190,9 +190,19 @@ class Verdict:
     def winner(self) -> Evaluated:
         return self.ranked[0]
 
+    @property
+    def decided(self) -> bool:
+        """Whether the winner has a finished seed: else (every re-evaluation trial failed) the re-evaluation
+        tells nothing, and the search's own best stands."""
+        return bool(self.winner.seeds)
+
     def sentence(self) -> str:
+        if not self.decided:
+            return "no verdict: no re-evaluation seed finished (the errors are above); the search's best stands"
         if len(self.ranked) < 2:
             return "one config re-evaluated; nothing to compare it with"
+        if not self.ranked[1].seeds:
+            return "no verdict between #1 and #2: no re-evaluation seed of #2 finished (the errors are above)"
         if self.target is not None:
             return _steps_sentence(self.ranked[0], self.ranked[1], self.target, clear=self.clear)
         return _metric_sentence(self.clear)
@@ -226,9 +236,10 @@ def _metric_key(evaluated: Evaluated, mode: str) -> tuple[bool, float]:
 
 
 def _steps_key(evaluated: Evaluated, mode: str) -> tuple:
-    """Highest solved share first, then fewest env steps to solve (IQM), then the final metric."""
+    """A candidate with finished seeds first, then the highest solved share, fewest env steps to solve (IQM),
+    then the final metric."""
     steps = evaluated.steps_iqm
-    return -evaluated.share, math.isnan(steps), steps if not math.isnan(steps) else 0.0, \
+    return not evaluated.seeds, -evaluated.share, math.isnan(steps), steps if not math.isnan(steps) else 0.0, \
         *_metric_key(evaluated, mode)
 
 
@@ -237,13 +248,14 @@ def rank(evaluated: Sequence[Evaluated], *, mode: str, target: Target | None = N
     solve. `clear` when #1's interval lies clear of #2's: for steps, #1's CI wholly below #2's (an unsolved
     seed counts at the budget, so a real gap in solved share shows there too); when neither solved a seed,
     the final metric's CIs judge as without a target."""
-    if target is None:
-        ordered = tuple(sorted(evaluated, key=lambda e: _metric_key(e, mode)))
-        return Verdict(ordered, len(ordered) < 2 or not overlap(ordered[0].ci, ordered[1].ci))
-    ordered = tuple(sorted(evaluated, key=lambda e: _steps_key(e, mode)))
+    ordered = tuple(sorted(evaluated, key=lambda e: _metric_key(e, mode) if target is None else _steps_key(e, mode)))
     if len(ordered) < 2:
-        return Verdict(ordered, True, target)
+        return Verdict(ordered, bool(ordered[0].seeds), target)
     first, second = ordered[:2]
+    if not (first.seeds and second.seeds):  # a candidate with no finished seed: its NaN CI tells nothing
+        return Verdict(ordered, False, target)
+    if target is None:
+        return Verdict(ordered, not overlap(first.ci, second.ci))
     if not any(first.solved):
         return Verdict(ordered, not overlap(first.ci, second.ci), target)
     return Verdict(ordered, first.steps_ci[1] < second.steps_ci[0], target)

@@ -200,6 +200,15 @@ def _progress_class() -> type:
                 print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, last, self.spec)}: "
                       f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
 
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            """A re-evaluation trial that failed is named with its error, not left to read as a NaN."""
+            from tune_runner.tracking.callback import last_error_line
+
+            if self.out is not None:
+                index = int(trial.config[CANDIDATE_KEY])
+                print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, {}, self.spec)} "
+                      f"errored: {last_error_line(trial)}", file=self.out, flush=True)
+
     return Progress
 
 
@@ -210,7 +219,8 @@ def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSp
     if int(config.get(reserved.SEEDS_KEY, 1)) == 1:
         return f"seed {config['seed']}"
     values = ", ".join(f"{v:.1f}" for v in per_seed(last, spec.metric))
-    return f"seeds {', '.join(map(str, seed_numbers(config)))} ({values}; {spec.seed_aggregate})"
+    seeds = f"seeds {', '.join(map(str, seed_numbers(config)))}"
+    return f"{seeds} ({values}; {spec.seed_aggregate})" if values else seeds
 
 
 def _solved_said(config: dict[str, Any], last: dict[str, Any], analysis: dict[str, dict], spec: ExperimentSpec) -> str:

@@ -314,7 +314,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
         verdict = reevaluate_best(spec, loaded, exp_path, top=options.top or settings.get("top"),
                                   seeds=options.seeds or settings.get("seeds"), name="reevaluation",
                                   out=out or sys.stdout, verbose=options.verbose)
-        if verdict is not None:
+        if verdict is not None and verdict.decided:
             from tune_runner.results.robust import winner_best
 
             best = winner_best(loaded, verdict, metric=spec.metric, mode=spec.mode)
