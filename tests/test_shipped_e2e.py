@@ -1,11 +1,10 @@
 """Shipped paths as shipped: every space in search_spaces/ and the README's quick start, run with the
-settings a user gets (at most a smaller num_samples), on a real local Ray, real gymnasium envs and a
-real MLflow store.
+settings a user gets, on a real local Ray, real gymnasium envs and a real MLflow store.
 
-A space that fails for a new user must fail here: no lowered learning_starts, budgets or batch
-sizes, no --no-reevaluate. Each search must end with every trial finished (none errored), a
-finished MLflow parent run and an exported bundle; the CartPole spaces must also give a config
-that solved (stop_at) in the search and on its re-evaluation seeds.
+A space that fails for a new user must fail here: no lowered learning_starts, budgets, batch sizes or
+num_samples (fewer trials skip the re-evaluation), no --no-reevaluate. Each search must end with every
+trial finished (none errored), a finished MLflow parent run and an exported bundle; the CartPole spaces
+must also give a config that solved (stop_at) in the search and on its re-evaluation seeds.
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in paths.shipped("search_spaces").glob("*.yaml"))
-# Fewer trials than shipped where the space is slow; everything else as shipped. None: as shipped (ppo_pendulum's
-# 4 trials take about 1.5 minutes with gSDE).
-NUM_SAMPLES = {"dqn_small": None, "curriculum": 1, "masked_choice": 2, "ppo_pendulum": None}
+# The spaces tested here, each exactly as shipped. curriculum.yaml ran with 1 trial of its 4 until 2026-11-27,
+# which skips the re-evaluation: its re-evaluation trials (2 seeds in one) failed for every user while this passed.
+TESTED = {"ppo_small", "dqn_small", "curriculum", "masked_choice", "ppo_pendulum", "oracle"}
 
 
 def finished_search(home: Path, name: str) -> tuple[list, dict]:
@@ -68,8 +67,7 @@ def solved(bundle: dict) -> None:
 
 def test_every_shipped_space_has_a_test_here():
     """A new shipped space joins this file, or it is not tested as shipped."""
-    tested = {"ppo_small", *NUM_SAMPLES, "oracle"}
-    assert set(SHIPPED) == tested, sorted(set(SHIPPED) ^ tested)
+    assert set(SHIPPED) == TESTED, sorted(set(SHIPPED) ^ TESTED)
 
 
 def test_readme_quick_start_make_search_solves_cartpole(tmp_path):
@@ -95,8 +93,7 @@ def test_readme_quick_start_make_search_solves_cartpole(tmp_path):
 
 @pytest.mark.parametrize("space", ["dqn_small"])
 def test_shipped_cartpole_space_solves(ray_session, cli, _isolated_home, space):
-    extra = ["--num-samples", str(NUM_SAMPLES[space])] if NUM_SAMPLES.get(space) else []
-    result = cli("search", "--space", space, "--name", space, *extra)
+    result = cli("search", "--space", space, "--name", space)
     assert result.status == 0, result.err + result.out[-2000:]
     _, bundle = finished_search(_isolated_home, space)
     solved(bundle)
@@ -105,10 +102,11 @@ def test_shipped_cartpole_space_solves(ray_session, cli, _isolated_home, space):
 
 def test_shipped_curriculum_space_raises_the_task_to_the_top(ray_session, cli, _isolated_home):
     """curriculum.yaml: the task rises with env steps (steps_per_task 20k, max_task 5) and the agent keeps up."""
-    result = cli("search", "--space", "curriculum", "--name", "curriculum", "--num-samples",
-                 str(NUM_SAMPLES["curriculum"]))
+    result = cli("search", "--space", "curriculum", "--name", "curriculum")
     assert result.status == 0, result.err + result.out[-2000:]
     trials, bundle = finished_search(_isolated_home, "curriculum")
+    assert len(trials) == 4 and " errored: " not in result.out
+    assert bundle["result"]["scope"].startswith("reevaluated"), bundle["result"]  # re-evaluated on fresh seeds
     from ray.tune import ExperimentAnalysis
 
     for frame in ExperimentAnalysis(str(_isolated_home / "results" / "curriculum")).trial_dataframes.values():
@@ -122,9 +120,9 @@ def test_shipped_curriculum_space_raises_the_task_to_the_top(ray_session, cli, _
 def test_shipped_masked_choice_space_learns_to_pick_the_best_allowed_action(ray_session, cli, _isolated_home):
     from tune_runner.envs.action_masking import MaskedChoice
 
-    result = cli("search", "--space", "masked_choice", "--name", "masked_choice", "--num-samples",
-                 str(NUM_SAMPLES["masked_choice"]))
+    result = cli("search", "--space", "masked_choice", "--name", "masked_choice")
     assert result.status == 0, result.err + result.out[-2000:]
+    assert " errored: " not in result.out
     _, bundle = finished_search(_isolated_home, "masked_choice")
     # A uniform pick among the allowed actions earns about 0.5 a step; a masked pick earns 0.
     env = MaskedChoice(bundle["env_config"])
@@ -140,8 +138,7 @@ def test_shipped_pendulum_space_solves_and_its_policy_acts_in_the_box(ray_sessio
     from tune_runner.results.evaluate import evaluate
     from tune_runner.results.policy import load_policy
 
-    extra = ["--num-samples", str(NUM_SAMPLES["ppo_pendulum"])] if NUM_SAMPLES.get("ppo_pendulum") else []
-    result = cli("search", "--space", "ppo_pendulum", "--name", "ppo_pendulum", *extra)
+    result = cli("search", "--space", "ppo_pendulum", "--name", "ppo_pendulum")
     assert result.status == 0, result.err + result.out[-2000:]
     _, bundle = finished_search(_isolated_home, "ppo_pendulum")
     solved(bundle)
