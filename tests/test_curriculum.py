@@ -182,17 +182,21 @@ def test_only_numeric_tasks_are_reported():
 # ---- our trainables ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn"])
-def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
+def level_trainable(name: str, task_fn: str, **settings):
+    """Our `name` trainable on the level env with `task_fn`, small enough for a unit test."""
     from tune_runner.trainables.own import own_trainable_class
 
-    fn = write(tmp_path / "levels.py", RAISE_LEVEL)
-    config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:raise_level", "seed": 0,
-              "num_envs_per_env_runner": 2, "fcnet_hiddens": [16]}
+    config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": task_fn, "seed": 0, "num_envs_per_env_runner": 2,
+              "fcnet_hiddens": [16], **settings}
     config.update({"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1} if name == "ppo" else
                   {"train_batch_size": 16, "training_intensity": 1, "num_steps_sampled_before_learning_starts": 0,
                    "replay_buffer_config.capacity": 500})
-    trainable = own_trainable_class(name)(config=config)
+    return own_trainable_class(name)(config=config)
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_own_trainable_raises_the_task_after_every_iteration(name, tmp_path):
+    trainable = level_trainable(name, f"{write(tmp_path / 'levels.py', RAISE_LEVEL)}:raise_level")
     try:
         tasks = [trainable.train()["task"] for _ in range(3)]
         assert tasks == [1.0, 2.0, 3.0]
@@ -215,15 +219,8 @@ def test_with_several_seeds_each_seeds_envs_take_a_task_from_that_seeds_own_resu
     """seeds_per_trial with a curriculum (the re-evaluation of curriculum.yaml trains 2 seeds in one trial): the
     task function is asked once per seed, with that seed's numbers only, and its answer goes to that seed's envs."""
     from tune_runner.spec.reserved import SEEDS_KEY
-    from tune_runner.trainables.own import own_trainable_class
 
-    fn = write(tmp_path / "record.py", RECORD)
-    config = {"env": LEVEL_ENV, "env_config": {}, "env_task_fn": f"{fn}:record", "seed": 0, SEEDS_KEY: 2,
-              "num_envs_per_env_runner": 2, "fcnet_hiddens": [16]}
-    config.update({"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 1} if name == "ppo" else
-                  {"train_batch_size": 16, "training_intensity": 1, "num_steps_sampled_before_learning_starts": 0,
-                   "replay_buffer_config.capacity": 500})
-    trainable = own_trainable_class(name)(config=config)
+    trainable = level_trainable(name, f"{write(tmp_path / 'record.py', RECORD)}:record", **{SEEDS_KEY: 2})
     try:
         result = trainable.train()
         seen = trainable.task_fn.__globals__["SEEN"]
