@@ -151,6 +151,7 @@ def test_the_printed_link_lands_on_the_newest_searchs_trials(served, tmp_path):
     spec, trials = served.records["spec"], served.records["trials"]
     best_first = sorted(trials, key=lambda t: -t.last_result[spec.metric])
     metric_column = f"metrics.`{spec.metric}`"
+    expect.set_options(timeout=60_000)  # as above: expect's own 5 s failed here once on a busy CI machine
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
