@@ -95,7 +95,6 @@ def _angle_normalize(x: np.ndarray) -> np.ndarray:
     return ((x + np.pi) % (2 * np.pi)) - np.pi
 
 
-
 class JointStep:
     """K seeds' numpy-vectorized envs of one class and the same settings, stepped as one env of all their envs
     (issue 16: at K = 8 stepping CartPole's vector env once per seed was 15% of a DQN iteration).
@@ -111,8 +110,7 @@ class JointStep:
     arrays: tuple[tuple[str, int], ...] = ()  # per-env arrays and the axis the envs lie along
 
     def __init__(self, envs: list[gym.vector.VectorEnv]) -> None:
-        self.sizes = [env.num_envs for env in envs]
-        self.bounds = np.cumsum([0, *self.sizes])
+        self.bounds = np.cumsum([0, *(env.num_envs for env in envs)])  # seed i's envs: bounds[i] to bounds[i + 1]
         self.joint = self.build(envs[0], int(self.bounds[-1]))
         self._key = attrgetter(*self.settings)
         self._applied: tuple = ()
