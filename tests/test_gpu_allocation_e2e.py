@@ -15,8 +15,8 @@ import yaml
 pytestmark = pytest.mark.e2e
 
 
-def oracle_space(path, *, trials: int, sleep_s: float):
-    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 8000}, "searcher": "random",
+def oracle_space(path, *, trials: int, sleep_s: float, env_steps: int = 8000):
+    raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": env_steps}, "searcher": "random",
            "scheduler": "fifo", "num_samples": trials, "reevaluate": False,
            "fixed": {"optimum": {"x": 0.5}, "sleep_s": sleep_s}, "space": {"x": {"uniform": [0.0, 1.0]}}}
     path.write_text(yaml.safe_dump(raw))
@@ -24,7 +24,9 @@ def oracle_space(path, *, trials: int, sleep_s: float):
 
 
 def test_logical_gpus_four_quarter_gpu_trials_share_one_gpu_at_once(_isolated_home, tmp_path):
-    space = oracle_space(tmp_path / "g.yaml", trials=4, sleep_s=0.25)
+    # Each trial lasts ~10 s: on 2 loaded cores (a CI run) Ray's worker processes came up ~5 s apart,
+    # and a 3 s trial had ended before the other three began.
+    space = oracle_space(tmp_path / "g.yaml", trials=4, sleep_s=1.0, env_steps=10_000)
     env = {**os.environ, "TUNE_RL_HOME": str(_isolated_home)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     proc = subprocess.run([sys.executable, "-m", "tune_runner", "search", "--space", str(space), "--name", "quarters",
