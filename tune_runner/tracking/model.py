@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_runner import mlflow_uri, tune_rl_policy
-from tune_runner.results import model
+from tune_runner import mlflow_uri
 from tune_runner.results.analysis import last_checkpoint
 
 
@@ -38,6 +37,8 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
     refused = _not_ours(trainable, best)
     if refused is not None:
         return refused
+    from tune_runner.results import model  # torch: imported only for a policy we log (an oracle search saves ~4 s)
+
     checkpoint = last_checkpoint(best.trial_path)
     if checkpoint is None:
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
@@ -77,6 +78,9 @@ def _log_model(*, uri: str, run_id: str, model_id: str, data: Path, register_as:
     """Model.log of the saved policy `data` into logged model `model_id` (and the registry): its ModelInfo."""
     import mlflow
     from mlflow.models import Model
+
+    from tune_runner import tune_rl_policy
+    from tune_runner.results import model
 
     previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
     mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
