@@ -92,10 +92,12 @@ class MaskedChoice(gym.Env):
     def _draw(self) -> None:
         """New payoffs and mask: the masked actions get the highest payoffs."""
         n, rng = self.num_actions, self.np_random
-        masked = rng.choice(n, size=int(rng.integers(1, n // 2 + 1)), replace=False)
+        count = int(rng.integers(1, n // 2 + 1))
+        draws = rng.random(2 * n)  # the payoffs, then one key per action: the `count` lowest keys are masked,
+        masked = np.argpartition(draws[n:], count - 1)[:count]  # a uniform subset (rng.choice: 3x the time)
         self._mask = np.ones(n, dtype=np.int8)
         self._mask[masked] = 0
-        self._payoffs = rng.random(n).astype(np.float32)
+        self._payoffs = draws[:n].astype(np.float32)
         self._payoffs[masked] += 1.0
 
     def _obs(self) -> dict[str, np.ndarray]:
