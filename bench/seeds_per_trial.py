@@ -11,6 +11,7 @@ solve_cartpole.py's OUR_PPO and OUR_DQN.
     .venv/bin/python bench/seeds_per_trial.py                             # OUR_PPO, K = 1 4 8 16 32, 5 reps
     .venv/bin/python bench/seeds_per_trial.py --set minibatch_size=128 --ks 1 8
     .venv/bin/python bench/seeds_per_trial.py --algo dqn                  # OUR_DQN
+    python3 bench/seeds_per_trial.py --device cuda --ks 1 256             # on a GPU (issue 16)
 """
 
 from __future__ import annotations
@@ -46,18 +47,30 @@ def ours(algo: str) -> dict[str, Any]:
     return dict(getattr(module, ALGOS[algo][2]))
 
 
-def run(values: dict[str, Any], *, algo: str, num_seeds: int, seed: int, iterations: int) -> dict[str, float]:
-    """Wall and CPU seconds of `iterations` training iterations of a `num_seeds`-seed learner."""
+def run(values: dict[str, Any], *, algo: str, num_seeds: int, seed: int, iterations: int,
+        device: str = "cpu") -> dict[str, float]:
+    """Wall and CPU seconds of `iterations` training iterations of a `num_seeds`-seed learner on `device`."""
     learner_class, config_class = ALGOS[algo][:2]
     learner = learner_class(config_class.from_dict({**values, "num_seeds": num_seeds, "seed": seed}),
-                            env_id="CartPole-v1")
+                            env_id="CartPole-v1", device=device)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(iterations):
         result = learner.train_iteration()
+    if device == "cuda":
+        torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     learner.close()
     steps = int(learner.seed_env_steps.sum())
     return {"wall": wall, "cpu": cpu, "env_steps": steps, "return": result["episode_return_mean"]}
+
+
+def describe(device: str) -> str:
+    """The device's name as torch reports it."""
+    if device == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(0)}, torch {torch.__version__})"
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()}, torch {torch.__version__})"
 
 
 def table(runs: dict[int, list[dict[str, float]]]) -> list[str]:
@@ -79,9 +92,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="seed counts (1 is added)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per K (default 5)")
     parser.add_argument("--iterations", type=int, default=4, help="training iterations per run (default 4)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the networks run (the envs always step on the CPU); cuda: one untimed warm-up "
+                             "iteration per K first, for CUDA's start-up and kernel loading")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="override one of the config's settings, e.g. --set minibatch_size=128")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no CUDA GPU (torch.cuda.is_available() is False); "
+                     "use --device cpu")
     args.ks = sorted({1, *args.ks})
     return args
 
@@ -96,11 +115,15 @@ def main() -> None:
     per_iteration = values["train_batch_size"] if args.algo == "ppo" else 1000  # DQN: at least 1000 (dqn.py)
     print(f"{args.algo} config: {json.dumps(values)}; {args.iterations} iterations, about "
           f"{args.iterations * per_iteration} env steps per seed; {args.reps} repetitions; "
-          f"torch threads: {torch.get_num_threads()}")
+          f"torch threads: {torch.get_num_threads()}; device: {describe(args.device)}")
+    if args.device == "cuda":
+        for k in args.ks:
+            run(values, algo=args.algo, num_seeds=k, seed=99, iterations=1, device="cuda")
     runs: dict[int, list[dict[str, float]]] = {k: [] for k in args.ks}
     for rep in range(args.reps):
         for k in args.ks:
-            runs[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep, iterations=args.iterations))
+            runs[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep, iterations=args.iterations,
+                               device=args.device))
         print(f"repetition {rep + 1}/{args.reps}: " + ", ".join(f"K={k} {runs[k][-1]['wall']:.2f}s" for k in args.ks),
               flush=True)
     print("\n".join(table(runs)))
