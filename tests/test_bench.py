@@ -192,3 +192,14 @@ def test_the_halfcheetah_benchmark_trains_the_zoos_entry_on_both_sides_and_repor
     out = capsys.readouterr().out
     assert "| ours/PPO | 1/2 | 10,000 |" in out and "| sb3/PPO | 1/1 | 2,000 |" in out
     assert "ours / SB3: 5.00" in out
+
+
+def test_the_startup_benchmark_counts_a_sessions_actors_by_class_and_prices_each_by_its_row(tmp_path):
+    startup = bench_module("trial_startup")
+    logs = [":job_id:01000000\n:actor_name:Oracle\nCheckpoint ...", ":job_id:01000000\n:actor_name:OwnPPO\n",
+            ":job_id:01000000\n:actor_name:Oracle\n", "", ":job_id:01000000\nprinted by a task\n"]
+    for n, text in enumerate(logs):
+        (tmp_path / f"worker-{n}-01000000-{n}.out").write_text(text)
+    (tmp_path / "worker-9-01000000-9.err").write_text(":job_id:01000000\n:actor_name:Oracle\n")  # .out files only
+    assert startup.session_actors(tmp_path) == {"Oracle": 2, "OwnPPO": 1}
+    assert set(startup.ACTOR_ROWS.values()) <= set(startup.ROWS)
