@@ -27,12 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-ROWS = {"ray alone (peer)": ("ray",),
-        "oracle": ("ray", "ray.tune", "tune_runner.trainables.oracle"),
-        "ppo / dqn (ours)": ("ray", "ray.tune", "torch", "gymnasium", "tune_runner.trainables.own"),
-        "rllib/PPO": ("ray", "ray.tune", "torch", "gymnasium", "tune_runner.trainables.rllib",
-                      "ray.rllib.algorithms.ppo")}
-"""Row -> what its trial process imports (catalog.backend(name).worker_modules and its trainable_class's module)."""
+ROWS = {"ray alone (peer)": (None, ()),
+        "oracle": ("oracle", ("tune_runner.trainables.oracle",)),
+        "ppo / dqn (ours)": ("ppo", ("tune_runner.trainables.own",)),
+        "rllib/PPO": ("rllib/PPO", ("tune_runner.trainables.rllib", "ray.rllib.algorithms.ppo"))}
+"""Row -> the trainable whose `worker_modules` its process imports, and the modules of its Tune class (and RLlib's
+algorithm) besides."""
 ACTOR_ROWS = {"Oracle": "oracle", "OracleStaleRestore": "oracle", "stateless_oracle": "oracle",
               "OwnPPO": "ppo / dqn (ours)", "OwnDQN": "ppo / dqn (ours)", "PPO": "rllib/PPO", "DQN": "rllib/PPO"}
 """Trial actor class (as Ray logs it) -> the row whose import cost it pays; RLlib's DQN taken as its PPO."""
@@ -46,6 +46,16 @@ def import_cost(modules: tuple[str, ...]) -> tuple[float, float]:
     subprocess.run([sys.executable, "-c", code, *modules], check=True, env=env)
     after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - wall
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def row_modules(row: str) -> tuple[str, ...]:
+    """What a trial process of `row` imports: Ray, its backend's worker_modules (catalog), its trainable's modules."""
+    name, extra = ROWS[row]
+    if name is None:
+        return ("ray",)
+    from tune_runner.trainables.catalog import backend
+
+    return ("ray", *backend(name).worker_modules, *extra)
 
 
 def session_actors(logs: Path) -> collections.Counter[str]:
@@ -63,11 +73,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="fresh processes per row, alternating (default 3)")
     parser.add_argument("--ray-logs", type=Path, help="a Ray session's logs folder: count its actors by class")
     args = parser.parse_args()
-    for modules in ROWS.values():  # once each, untimed: bytecode written, files in the page cache
+    imports = {row: row_modules(row) for row in ROWS}
+    for modules in imports.values():  # once each, untimed: bytecode written, files in the page cache
         import_cost(modules)
     runs: dict[str, list[tuple[float, float]]] = {row: [] for row in ROWS}
     for rep in range(args.reps):
-        for row, modules in ROWS.items():
+        for row, modules in imports.items():
             runs[row].append(import_cost(modules))
         print(f"repetition {rep + 1}/{args.reps}: " + ", ".join(f"{row} {runs[row][-1][0]:.2f} CPU-s" for row in ROWS),
               flush=True)
@@ -75,7 +86,7 @@ def main() -> None:
     peer = cpu["ray alone (peer)"]
     print("| trial process of | imports | CPU s (median) | wall s (median) | x ray alone |\n|:--|:--|--:|--:|--:|")
     for row, rs in runs.items():
-        print(f"| {row} | {', '.join(ROWS[row])} | {cpu[row]:.2f} | {statistics.median(w for _, w in rs):.2f} "
+        print(f"| {row} | {', '.join(imports[row])} | {cpu[row]:.2f} | {statistics.median(w for _, w in rs):.2f} "
               f"| {cpu[row] / peer:.2f} |")
     if args.ray_logs:
         counts, total = session_actors(args.ray_logs), 0.0
