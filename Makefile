@@ -67,14 +67,16 @@ system-deps:
 # The unit tests in parallel (pytest-xdist, one worker per core; no Ray, so nothing to share), then the e2e
 # tests on 2 workers, each with its own Ray session: every e2e file but the shipped spaces' runs whole on one
 # worker (tests/conftest.py: xdist_group), so tests written to share a file's state still do. One worker left a
-# quarter of the 2 cores idle: 1315 s for the e2e tests against 1181 s on 2 workers (2026-11-25). --durations: CI
+# quarter of the 2 cores idle: 1315 s for the e2e tests against 1181 s on 2 workers (2026-11-25).
+# --no-loadscope-reorder: xdist sends the groups with the most tests first by default, which put the longest single
+# tests (the shipped spaces', which conftest sorts first) last, one worker idle while the other ran them. --durations: CI
 # prints the slowest tests, where the suite's time goes. PYTHONDONTWRITEBYTECODE is emptied (Python reads that as
 # unset) so that a module setup did not warm is compiled once (into .venv, and __pycache__ beside our own
 # modules), not again in every process that imports it.
 test: export PYTHONDONTWRITEBYTECODE =
 test: setup system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto --durations=15
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup --durations=40
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup --no-loadscope-reorder --durations=40
 
 lint: setup
 	$(BIN)/ruff check .

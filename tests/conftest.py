@@ -28,6 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SPLIT_E2E = ("test_shipped_e2e",)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The unit tests first, then the e2e ones, each in file order: the suite's one Ray starts with the first e2e
     test that needs it and stays up, and a unit test must see what a user's process sees before any Ray (an
