@@ -139,7 +139,7 @@ def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
     result = cli("search", "--space", "dqn_small", "--set", "trainable=rllib/DQN", "--name", "dqn-optuna",
                  "--no-reevaluate",
                  "--searcher", "optuna",
-                 "--scheduler", "fifo", "--num-samples", "2", "--set", "budget=500",
+                 "--scheduler", "fifo", "--num-samples", "1", "--set", "budget=500",
                  # RLlib's DQN samples 1000 env steps an iteration by default, at ~40 env steps/s once it learns
                  "--set", "min_sample_timesteps_per_iteration=250",
                  "--set", "num_steps_sampled_before_learning_starts=200")
@@ -147,9 +147,10 @@ def test_optuna_on_rllib_dqn(ray_session, cli, _isolated_home):
     from ray.tune import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(str(_isolated_home / "results" / "dqn-optuna"))
-    assert [t.status for t in analysis.trials] == ["TERMINATED", "TERMINATED"]
-    assert len({t.config["lr"] for t in analysis.trials}) == 2  # Optuna suggested two different points
-    assert all("qf_loss" in t.last_result for t in analysis.trials)
+    # One trial: that Optuna suggests distinct points is tests/test_search_matrix_e2e.py's (optuna-tpe, -cmaes).
+    (trial,) = analysis.trials
+    assert trial.status == "TERMINATED" and "qf_loss" in trial.last_result
+    assert 3.0e-4 <= trial.config["lr"] <= 1.0e-3  # Optuna's pick from the rllib/DQN backend's own lr range
 
 
 def _progress(home: Path, name: str) -> list[dict]:
