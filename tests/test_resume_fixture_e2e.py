@@ -6,9 +6,6 @@ into it by their module paths of that release (tune_runner.runner.BudgetStopper,
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -42,14 +39,15 @@ def test_the_fixture_holds_the_old_module_paths(tmp_path):
         assert module.encode() in pickled and name.encode() in pickled, module
 
 
-def test_a_search_interrupted_by_the_released_version_resumes_to_its_end(tmp_path):
+def test_a_search_interrupted_by_the_released_version_resumes_to_its_end(ray_session, cli, tmp_path, monkeypatch):
+    """In the suite's Ray, in-process: the driver unpickles the old paths as a fresh `tune-rl resume` does (the
+    shims load with the package), and every trial actor is a fresh process either way."""
     home = tmp_path / "home"
     exp = unpack(home)
-    env = {**os.environ, "TUNE_RL_HOME": str(home), "RAY_enable_worker_prestart": "0"}
-    proc = subprocess.run([sys.executable, "-m", "tune_runner", "resume", "old", "--num-cpus", "2"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "resuming:" in proc.stdout
+    monkeypatch.setenv("TUNE_RL_HOME", str(home))
+    proc = cli("resume", "old")
+    assert proc.status == 0, proc.out + proc.err
+    assert "resuming:" in proc.out
     from ray.tune import ExperimentAnalysis
 
     analysis = ExperimentAnalysis(str(exp))
