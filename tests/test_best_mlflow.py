@@ -144,35 +144,3 @@ def test_metric_summary_is_ray_tunes():
     assert summary(values) == {"max": 490.0, "min": 100.0, "avg": sum(values) / 6, "last": 100.0,
                                "last-5-avg": (490 + 200 + 150 + 120 + 100) / 5, "last-10-avg": sum(values) / 6}
     assert summary([]) == {}
-
-
-@pytest.mark.e2e  # a real `mlflow server` subprocess (~15 s to start): not for the quick unit run
-def test_best_over_http_from_a_real_mlflow_server(cli, tmp_path):
-    """The laptop case: the search logged to a tracking server; best reads it over HTTP (runs, metric
-    histories, the spec artifact served by the server) and exports what the folder would."""
-    from tests.mlflow_helpers import free_port, mlflow_server, stop_tree, wait_http
-
-    port = free_port()
-    proc = mlflow_server(backend=f"sqlite:///{tmp_path / 'server.db'}", artifacts=tmp_path / "artifacts", port=port,
-                         log=tmp_path / "server.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/health", proc=proc)
-        folder = tmp_path / "results" / "cluster-search"
-        folder.mkdir(parents=True)
-        spec = hand_spec()
-        write_search_folder(folder, spec)
-        parent = log_folder_search(url, folder, spec)
-        for flags in ([], ["--scope", "max"], ["--scope", "avg-last-3"]):
-            local = cli("best", str(folder), *flags)
-            remote = cli("best", f"runs:/{parent}", "--mlflow-uri", url, *flags)
-            assert remote.status == 0, remote.err
-            assert remote.out.splitlines() == [f"search     cluster-search  (MLflow run {parent}, {url})",
-                                               *local.out.splitlines()]
-        by_name = cli("best", "cluster-search", "--mlflow-uri", url, "--export", str(tmp_path / "best.yaml"))
-        assert by_name.status == 0, by_name.err
-        bundle = yaml.safe_load((tmp_path / "best.yaml").read_text())
-        assert bundle["source"]["mlflow_run"] == f"runs:/{parent}" and bundle["checkpoint"] is None
-        assert bundle["config"] == {**spec.fixed, **SEARCHED["h_00003"]}
-    finally:
-        assert not stop_tree(proc), "the MLflow server left processes behind"

@@ -13,11 +13,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from tests.mlflow_helpers import (
     CREDENTIAL_VARS,
+    SEARCHED,
     Postgres,
     free_port,
+    hand_spec,
+    log_folder_search,
     log_synthetic_search,
     mlflow_server,
     postgres_binary,
@@ -25,6 +29,7 @@ from tests.mlflow_helpers import (
     subprocess_env,
     trained_checkpoint,
     wait_http,
+    write_search_folder,
 )
 from tune_runner.errors import UserError
 from tune_runner.mlflow_uri import check_uri
@@ -197,3 +202,27 @@ def test_two_concurrent_searches_on_the_postgres_backed_server(server, tmp_path)
         client.download_artifacts(parent.info.run_id, "", str(tmp_path / "downloads" / name))
     assert MARKER not in files_text(tmp_path / "downloads") + files_text(tmp_path / "results")
     assert MARKER not in database_dump(server.postgres)
+
+
+@pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
+def test_best_over_http_from_a_real_mlflow_server(server, cli, tmp_path):
+    """The laptop case: the search logged to a tracking server; best reads it over HTTP (runs, metric
+    histories, the spec artifact served by the server) and exports what the folder would. (This module's
+    server: one server start less than a server of its own.)"""
+    url = server.url
+    folder = tmp_path / "results" / "cluster-search"
+    folder.mkdir(parents=True)
+    spec = hand_spec()
+    write_search_folder(folder, spec)
+    parent = log_folder_search(url, folder, spec)
+    for flags in ([], ["--scope", "max"], ["--scope", "avg-last-3"]):
+        local = cli("best", str(folder), *flags)
+        remote = cli("best", f"runs:/{parent}", "--mlflow-uri", url, *flags)
+        assert remote.status == 0, remote.err
+        assert remote.out.splitlines() == [f"search     cluster-search  (MLflow run {parent}, {url})",
+                                           *local.out.splitlines()]
+    by_name = cli("best", "cluster-search", "--mlflow-uri", url, "--export", str(tmp_path / "best.yaml"))
+    assert by_name.status == 0, by_name.err
+    bundle = yaml.safe_load((tmp_path / "best.yaml").read_text())
+    assert bundle["source"]["mlflow_run"] == f"runs:/{parent}" and bundle["checkpoint"] is None
+    assert bundle["config"] == {**spec.fixed, **SEARCHED["h_00003"]}
