@@ -7,6 +7,7 @@ results/ reads finished searches and imports nothing from search/.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 from tune_runner.errors import UserError
 from tune_runner.results import robust
 from tune_runner.results.robust import Candidate, SeedRun, Verdict, rank, summarise, target_of
+from tune_runner.search.warm import WarmTrials
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 
@@ -24,14 +26,15 @@ SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a sea
 
 
 def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int | None, seeds: int | None,
-                    name: str, out: TextIO, num_cpus: int | None = None, verbose: bool = False) -> Verdict | None:
+                    name: str, out: TextIO, num_cpus: int | None = None, verbose: bool = False,
+                    warm: WarmTrials | None = None) -> Verdict | None:
     """The robust best of a finished search: its top configs trained again on fresh seeds, ranked, and the
     verdict saved in its folder (the report reads it). Used by a search's automatic stage (top and seeds
     from the spec or the flags, Ray already up) and by `tune-rl best --reevaluate K` (top given).
 
     Without `top` or `seeds`, the stage costs at most the search's own trial budgets (robust.plan); None,
     said on `out`, when that leaves too few configs or seeds. With `top`, a search with no finished trial
-    is refused before Ray starts.
+    is refused before Ray starts. `warm`: the search's kept trial actors, which its trials start on.
     """
     from tune_runner.results.report import save_verdict
     from tune_runner.search.cluster import ensure_ray, quiet_logs
@@ -48,13 +51,13 @@ def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int
               file=out, flush=True)
         return None
     ensure_ray(num_cpus=num_cpus, verbose=verbose)
-    verdict = reevaluate(spec, picks, seeds=shape[1], storage=folder, name=name, out=out)
+    verdict = reevaluate(spec, picks, seeds=shape[1], storage=folder, name=name, out=out, warm=warm)
     save_verdict(verdict, folder, metric=spec.metric)
     return verdict
 
 
 def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, storage: Path, name: str,
-               out: TextIO, first_seed: int = SEED_BASE) -> Verdict:
+               out: TextIO, first_seed: int = SEED_BASE, warm: WarmTrials | None = None) -> Verdict:
     """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank.
 
     A trainable that trains several seeds as one learner (seeds_per_trial) runs each candidate as one trial of
@@ -79,7 +82,8 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
                                                         JsonLoggerCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
-    grid = tuner.fit()
+    with warm.adopting() if warm is not None else contextlib.nullcontext():
+        grid = tuner.fit()
     runs = _batched_runs(grid, spec, count=len(picks)) if record.seeds else _seed_runs(grid, spec, count=len(picks))
     target = target_of(spec)
     return rank([summarise(pick, runs[i], target=target) for i, pick in enumerate(picks)], mode=spec.mode,

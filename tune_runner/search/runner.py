@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from tune_runner import mlflow_uri, paths, storage
 from tune_runner.errors import ExitStatus, UserError
-from tune_runner.results import analysis, export
+from tune_runner.results import analysis, export, robust
 from tune_runner.search import console, resume
 from tune_runner.search.cluster import (  # noqa: F401 - cli and tests call them here
     ensure_ray,
@@ -36,6 +36,7 @@ from tune_runner.search.preflight import (  # noqa: F401 - prepare and Prepared 
     with_trial_resources,
 )
 from tune_runner.search.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
+from tune_runner.search.warm import WarmTrials
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import callback as tracking
 from tune_runner.tracking import parent as parent_run
@@ -131,15 +132,19 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
                                                          out=out, store=store)
     status = "FAILED"
+    warm = _warm_trials(spec, options, batched=prepared.backend.seeds)
     try:
-        unfinished = _fit(trial_plugins(spec, shipped), prepared, name=name, where=options.storage, local=exp_path,
-                          callbacks=callbacks, resume=options.resume, max_failures=options.max_failures)
+        with warm.keeping():
+            unfinished = _fit(trial_plugins(spec, shipped), prepared, name=name, where=options.storage,
+                              local=exp_path, callbacks=callbacks, resume=options.resume,
+                              max_failures=options.max_failures)
         if unfinished:
             status = "KILLED"
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
                   f"  {resume.command(name, options)}", file=out, flush=True)
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
-        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out)
+        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out,
+                          warm=warm)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         parent_run.log_outcome(mlflow, parent, spec=spec, outcome=outcome)
         policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
@@ -151,6 +156,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         print(f"\ninterrupted at once; continue with: {resume.command(name, options)}", file=out, flush=True)
         raise
     finally:
+        warm.release()
         parent_run.close(mlflow, parent, status=status)
     console.summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
     return replace(outcome, mlflow_run=parent)
@@ -297,8 +303,19 @@ def checkpoints_to_keep(prepared: Prepared) -> int:
     return 20 if prepared.population else 2
 
 
+def _warm_trials(spec: ExperimentSpec, options: RunOptions, *, batched: bool) -> WarmTrials:
+    """What the re-evaluation can start on: as many of the search's last trial actors as it runs trials (none
+    when it will not run)."""
+    settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
+    shape = robust.plan(spec.num_trials, top=options.top or settings.get("top"),
+                        seeds=options.seeds or settings.get("seeds"))
+    if not options.reevaluate or spec.reevaluate is False or shape is None:
+        return WarmTrials(keep=0)
+    return WarmTrials(keep=shape[0] if batched else shape[0] * shape[1])
+
+
 def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *,
-            audit: str | None = None, out: TextIO | None = None) -> Outcome:
+            audit: str | None = None, out: TextIO | None = None, warm: WarmTrials | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
     counts = analysis.statuses(loaded, ending=spec.ending)
     errors = Counter(tracking.last_error_line(t) for t in loaded.trials if t.status == "ERROR")
@@ -313,7 +330,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
         settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
         verdict = reevaluate_best(spec, loaded, exp_path, top=options.top or settings.get("top"),
                                   seeds=options.seeds or settings.get("seeds"), name="reevaluation",
-                                  out=out or sys.stdout, verbose=options.verbose)
+                                  out=out or sys.stdout, verbose=options.verbose, warm=warm)
         if verdict is not None and verdict.decided:
             from tune_runner.results.robust import winner_best
 
