@@ -203,3 +203,38 @@ def test_the_startup_benchmark_counts_a_sessions_actors_by_class_and_prices_each
     (tmp_path / "worker-9-01000000-9.err").write_text(":job_id:01000000\n:actor_name:Oracle\n")  # .out files only
     assert startup.session_actors(tmp_path) == {"Oracle": 2, "OwnPPO": 1}
     assert set(startup.ACTOR_ROWS.values()) <= set(startup.ROWS)
+
+
+
+def test_suite_cpu_sorts_processes_by_what_they_ran_and_counts_each_once():
+    suite_cpu = bench_module("suite_cpu")
+    seen = {"1:10": [["ray::IDLE", "ray::OwnPPO.train()"], 15.0], "2:11": [["ray::IDLE"], 1.0],
+            "3:12": [["/usr/bin/raylet --node_id=abc"], 0.5], "4:13": [["ray::OwnPPO.__init__"], 5.0],
+            "5:14": [["python -u -c import sys;exec(eval(sys.stdin.readline()))"], 9.0],
+            "6:15": [["python -m mlflow server --port 5000"], 2.0]}
+    assert suite_cpu.table(seen) == [
+        ("Ray actor OwnPPO", 2, 20.0), ("pytest-xdist worker (in-process searches)", 1, 9.0),
+        ("mlflow server", 1, 2.0), ("Ray worker, no actor", 1, 1.0), ("Ray raylet", 1, 0.5)]
+
+
+def test_suite_cpu_sees_a_process_started_after_it_with_its_cpu_and_not_older_ones():
+    import os
+    import subprocess
+    import time
+
+    suite_cpu = bench_module("suite_cpu")
+    with open("/proc/self/stat") as f:
+        stat = f.read()
+    since = int(stat[stat.rfind(")") + 2:].split()[19]) + 1  # after this process started
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.3: pass\ntime.sleep(5)"])
+    try:
+        seen: dict[str, list] = {}
+        deadline, mine = time.monotonic() + 4, []
+        while time.monotonic() < deadline and not (mine and mine[0][1] >= 0.3):
+            suite_cpu.sample(seen, since)
+            mine = [entry for key, entry in seen.items() if key.startswith(f"{busy.pid}:")]
+        assert mine and mine[0][1] >= 0.3, seen
+        assert not [key for key in seen if key.startswith(f"{os.getppid()}:")]  # started before: not seen
+    finally:
+        busy.kill()
