@@ -69,9 +69,10 @@ class WarmTrials:
 
         if not ray.is_initialized():
             return
-        for actor in kept:
-            with contextlib.suppress(Exception):  # already gone with its node: nothing to free
+        for actor in kept:  # either may be gone already (with its node): nothing to end or free then
+            with contextlib.suppress(Exception):
                 ray.kill(actor.handle)
+            with contextlib.suppress(Exception):
                 remove_placement_group(actor.acquired.placement_group)
 
     def take(self, controller: Any, trial: Any) -> bool:
