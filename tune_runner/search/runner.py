@@ -303,13 +303,21 @@ def checkpoints_to_keep(prepared: Prepared) -> int:
     return 20 if prepared.population else 2
 
 
+def _reevaluation(spec: ExperimentSpec, options: RunOptions) -> tuple[int | None, int | None] | None:
+    """The re-evaluation's top and seeds as asked (the flags over the space's `reevaluate`; None for a default),
+    or None when it is off."""
+    if not options.reevaluate or spec.reevaluate is False:
+        return None
+    settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
+    return options.top or settings.get("top"), options.seeds or settings.get("seeds")
+
+
 def _warm_trials(spec: ExperimentSpec, options: RunOptions, *, batched: bool) -> WarmTrials:
     """What the re-evaluation can start on: as many of the search's last trial actors as it runs trials (none
     when it will not run)."""
-    settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
-    shape = robust.plan(spec.num_trials, top=options.top or settings.get("top"),
-                        seeds=options.seeds or settings.get("seeds"))
-    if not options.reevaluate or spec.reevaluate is False or shape is None:
+    asked = _reevaluation(spec, options)
+    shape = robust.plan(spec.num_trials, top=asked[0], seeds=asked[1]) if asked else None
+    if shape is None:
         return WarmTrials(keep=0)
     return WarmTrials(keep=shape[0] if batched else shape[0] * shape[1])
 
@@ -324,12 +332,11 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     except UserError:
         best = None
     verdict = None
-    if best is not None and options.reevaluate and spec.reevaluate is not False:
+    asked = _reevaluation(spec, options)
+    if best is not None and asked is not None:
         from tune_runner.search.reevaluate import reevaluate_best
 
-        settings = spec.reevaluate if isinstance(spec.reevaluate, dict) else {}
-        verdict = reevaluate_best(spec, loaded, exp_path, top=options.top or settings.get("top"),
-                                  seeds=options.seeds or settings.get("seeds"), name="reevaluation",
+        verdict = reevaluate_best(spec, loaded, exp_path, top=asked[0], seeds=asked[1], name="reevaluation",
                                   out=out or sys.stdout, verbose=options.verbose, warm=warm)
         if verdict is not None and verdict.decided:
             from tune_runner.results.robust import winner_best

@@ -114,15 +114,10 @@ class WarmTrials:
         when none fits, end them all: their placement groups may be what the trial waits for."""
         fits = next((k for k in self.kept if k.trainable == trial.trainable_name
                      and k.resources == trial.placement_group_factory), None)
-        if fits is None:
-            self.release()
-            return
         manager = controller._actor_manager
-        if not _books_as_expected(manager):
-            self.release()
-            return
         # The trial is staged: Tune raised the cache's maximum for its resources before asking for an actor.
-        if not controller._actor_cache.cache_object(trial.placement_group_factory, fits.tracked):
+        if (fits is None or not _books_as_expected(manager)
+                or not controller._actor_cache.cache_object(trial.placement_group_factory, fits.tracked)):
             self.release()
             return
         self.kept.remove(fits)
