@@ -33,6 +33,15 @@ def trials_of(home: Path, name: str) -> list:
     return ExperimentAnalysis(str(home / "results" / name)).trials
 
 
+def ended_steps(result, trials, *, paused_ok: bool) -> list[int]:
+    """Every trial's env steps, once each has ended: TERMINATED, or under a HyperBand-style scheduler PAUSED in a
+    bracket that never filled, which the summary counts as stopped early, not paused."""
+    ended = ("TERMINATED", "PAUSED") if paused_ok else ("TERMINATED",)
+    assert all(t.status in ended for t in trials), [t.status for t in trials]
+    assert "paused" not in result.out.split("\ntrials", 1)[1].splitlines()[0]
+    return [t.last_result["env_steps"] for t in trials]
+
+
 def peak(config: dict) -> float:
     from tune_runner.trainables.oracle import peak as oracle_peak
 
@@ -67,11 +76,8 @@ def test_each_searcher_heads_for_the_oracle_optimum(label, searcher, scheduler, 
     # Every searcher gets near the optimum (500 at it, 389 half a unit away) ...
     assert max(peaks) > 400, sorted(peaks)
     # ... under its scheduler: FIFO runs every trial to the budget; BOHB's HyperBand stops some at rungs counted
-    # in env steps and may leave one paused in a bracket that never filled, counted as stopped early.
-    assert all(t.status in ("TERMINATED", "PAUSED" if scheduler == "bohb" else "TERMINATED") for t in trials), \
-        [t.status for t in trials]
-    assert "paused" not in result.out.split("\ntrials", 1)[1].splitlines()[0]
-    steps = [t.last_result["env_steps"] for t in trials]
+    # in env steps and may leave one paused in a bracket that never filled.
+    steps = ended_steps(result, trials, paused_ok=scheduler == "bohb")
     if scheduler == "bohb":
         assert min(steps) < 6000 <= max(steps), steps
     elif label != "smac":
@@ -109,11 +115,7 @@ def test_each_scheduler_runs_on_the_oracle_counting_env_steps(scheduler, ray_ses
     result = cli("search", "--space", str(path), "--name", scheduler)
     assert result.status == 0, result.err
     trials = trials_of(_isolated_home, scheduler)
-    # HyperBand may end the search with a trial paused in a bracket that never filled
-    ended = ("TERMINATED", "PAUSED") if scheduler == "hyperband" else ("TERMINATED",)
-    assert all(t.status in ended for t in trials), [t.status for t in trials]
-    assert "paused" not in result.out.split("\ntrials", 1)[1].splitlines()[0]  # counted as stopped early
-    steps = [t.last_result["env_steps"] for t in trials]
+    steps = ended_steps(result, trials, paused_ok=scheduler == "hyperband")
     if scheduler in ("pbt", "pb2"):
         assert all(s == 10000 for s in steps), steps
     else:  # early stopping, at rungs counted in env steps
