@@ -13,7 +13,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with a CUDA torch build"),
-              pytest.mark.usefixtures("one_torch_thread")]  # tests/conftest.py
+              pytest.mark.usefixtures("one_torch_thread", "full_fp32")]  # one_torch_thread: tests/conftest.py
+
+
+@pytest.fixture
+def full_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN convolutions run in TF32 by default on Ampere and later (matrix products do not): a 10-bit mantissa, so
+    K seeds' batched convolution and one seed's own, summed by other kernels in another order, drift apart by about
+    1e-3 in 3 iterations (seen on an H100: 9.9e-4 for the CNN case). Independence is a question of float32 sums."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
 
 DEVICE = "cuda"
 PPO_SMALL = {"num_envs_per_env_runner": 4, "train_batch_size": 256, "minibatch_size": 128, "num_epochs": 2,
