@@ -109,6 +109,16 @@ def test_an_unknown_name_is_answered_with_the_closest_choice(name, message):
         assert "dqn, oracle, oracle/stale-restore, oracle/stateless, ppo, rllib/APPO" in str(caught.value)
 
 
+def test_an_unknown_name_among_many_lists_the_closest_few_and_how_to_see_all():
+    from tune_runner.search.preflight import unknown_env
+
+    message = unknown_env("Pendulm-v1")
+    assert message.startswith("unknown environment 'Pendulm-v1'; did you mean 'Pendulum-v1'? (")
+    assert "known, the closest: Pendulum-v1, " in message and "gymnasium.pprint_registry()" in message
+    assert "CartPole-v1" not in message and message.count(", ") < 8  # not gymnasium's whole registry
+    assert unknown_env("Zzz").endswith("known; list them: python -c 'import gymnasium; gymnasium.pprint_registry()')")
+
+
 BEFORE_RAY = """
 import json, sys
 from tune_runner.trainables.catalog import backend_before_ray

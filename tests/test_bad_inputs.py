@@ -74,6 +74,14 @@ def test_bad_space_file(path, cli, untouched):
     (["search", "--space", "ppo_small", "--num-sample", "3"],
      ["unrecognized arguments: --num-sample 3; did you mean --num-samples?"]),
     (["search", "--space", "ppo_small", "--num-samples", "x"], ["--num-samples: invalid int value: 'x'"]),
+    # An unknown flag is judged against the command's own flags: a name it begins, the same name with - for _, a
+    # close spelling, or, for a space's key, --set; never a far guess from another command (--env: --open once)
+    (["train", "--env", "Pendulum-v1"],
+     ["unrecognized arguments: --env Pendulum-v1; did you mean --env_name? (see tune-rl train --help)"]),
+    (["search", "--space", "ppo_small", "--mlflow_uri", "x"], ["--mlflow_uri x; did you mean --mlflow-uri?"]),
+    (["search", "--space", "ppo_small", "--trainable", "dqn"],
+     ["--trainable dqn; a setting goes with --set trainable=VALUE (see tune-rl search --help)"]),
+    (["search", "--space", "ppo_small", "--lr", "0.1"], ["--lr 0.1; a setting goes with --set lr=VALUE"]),
     (["search", "--space", "ppo_small", "--scheduler", "hyperbandd"], ["unknown scheduler 'hyperbandd'"]),
     (["search", "--space", "ppo_small", "--searcher", "optuan"], ["did you mean 'optuna'?"]),
     (["search", "--space", "ppo_small", "--mlflow-uri", "http://127.0.0.1:9"],

@@ -359,6 +359,23 @@ def test_an_unknown_name_suggests_the_closest():
     assert {"custom_env", "CartPole-v1"} <= set(plugins.env_names())
 
 
+@pytest.mark.parametrize("env_id, package", [("ALE/Pong-v5", "ale_py"), ("MinAtar/Breakout-v1", "minatar")])
+def test_an_env_family_whose_package_is_missing_is_refused_with_its_pip_line(env_id, package, monkeypatch):
+    """Atari's and MinAtar's ids exist once their package registers them: without it, the pip line, not
+    'unknown environment' and gymnasium's whole registry."""
+    import gymnasium as gym
+
+    from tune_runner.search.preflight import unknown_env
+
+    monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, f"{package}.gym", None)
+    monkeypatch.setattr(gym.envs.registration, "registry", {k: v for k, v in gym.registry.items()
+                                                            if not k.startswith(env_id.split("/")[0] + "/")})
+    monkeypatch.setattr(gym, "registry", gym.envs.registration.registry)
+    assert unknown_env(env_id) == f"{env_id} needs the {package.replace('_', '-')} package: " \
+                                  f"pip install {package.replace('_', '-')}"
+
+
 def test_pickles_naming_the_env_classes_old_home_in_plugins_still_load(monkeypatch):
     # Before tune_runner.env_registry, Ray pickled an env's creator as tune_runner.plugins._RayCreator and an
     # env's factory pickled as tune_runner.plugins.registered_env; a search saved then must still resume.

@@ -60,9 +60,18 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def unknown_name(what: str, word: str, choices: Iterable[str]) -> str:
-    """"unknown X 'y'; did you mean 'z'? (choices: ...)" with the closest match first."""
+LONGEST_CHOICES = 20
+"""Up to this many choices are listed whole after an unknown name; of more, the closest few and a count."""
+
+
+def unknown_name(what: str, word: str, choices: Iterable[str], *, listing: str = "") -> str:
+    """"unknown X 'y'; did you mean 'z'? (choices: ...)" with the closest match first. Of more than
+    LONGEST_CHOICES choices (gymnasium's environments), only the closest five and how to list them all."""
     choices = sorted(choices)
     near = closest(word, choices)
     hint = f"; did you mean {near!r}?" if near else ""
-    return f"unknown {what} {word!r}{hint} (choices: {', '.join(choices)})"
+    if len(choices) <= LONGEST_CHOICES:
+        return f"unknown {what} {word!r}{hint} (choices: {', '.join(choices)})"
+    similar = difflib.get_close_matches(str(word), choices, n=5, cutoff=0.5)
+    known = f"{len(choices)} known" + (f", the closest: {', '.join(similar)}" if similar else "")
+    return f"unknown {what} {word!r}{hint} ({known}{'; ' + listing if listing else ''})"

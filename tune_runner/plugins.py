@@ -67,20 +67,22 @@ AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
 
 
-# Env families that register with gymnasium only when asked: their id prefix -> (module, its register function,
-# the package to install).
-NAMESPACES = {"MinAtar/": ("minatar.gym", "register_envs", "minatar")}
+# Env families that register with gymnasium only when asked: their id prefix -> (module, its register function or
+# None where importing the module registers them, the package to install).
+NAMESPACES = {"MinAtar/": ("minatar.gym", "register_envs", "minatar"), "ALE/": ("ale_py", None, "ale-py")}
 
 
 def register_namespace(env_id: str) -> str | None:
-    """Register the family of `env_id` (MinAtar/...) with gymnasium if it has one; a one-line reason with the
-    `pip install` line when its package is missing, else None."""
+    """Register the family of `env_id` (MinAtar/..., ALE/...) with gymnasium if it has one; a one-line reason with
+    the `pip install` line when its package is missing, else None."""
     import gymnasium as gym
 
     for prefix, (module, function, package) in NAMESPACES.items():
         if env_id.startswith(prefix) and env_id not in gym.registry:
             try:
-                getattr(importlib.import_module(module), function)()
+                registered = importlib.import_module(module)
+                if function:
+                    getattr(registered, function)()
             except ImportError:
                 return f"{env_id} needs the {package} package: pip install {package}"
     return None

@@ -4,11 +4,12 @@ argparse until a flag's value is read (a --storage, a --name), so --help answers
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tune_runner.errors import UserError, closest
+from tune_runner.errors import UserError
 from tune_runner.version import __version__
 
 
@@ -23,19 +24,35 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        if "unrecognized arguments:" in message:
-            words = message.split(":", 1)[1].split()
-            word = words[0].split("=")[0] if words else ""
-            near = closest(word, _all_flags(self)) if word else None
-            if near == word:  # a flag of another command (tune-rl resume --max-failures)
-                message += f"; {word} is not a flag of this command"
-            elif near:
-                message += f"; did you mean {near}?"
         raise UserError(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, with an unknown flag judged against the chosen command's own flags (argparse reports it
+        at the top parser, which knows every command's)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            own = _command_parser(self, getattr(parsed, "command", None)) or self
+            raise UserError(f"unrecognized arguments: {' '.join(extras)}{self._hint(extras[0], own)} "
+                            f"(see {own.prog} --help)")
+        return parsed
+
+    def _hint(self, word: str, own: argparse.ArgumentParser) -> str:
+        word = word.split("=")[0]
+        if not word.startswith("--") or len(word) < 3:
+            return ""
+        flags = _all_flags(own)
+        near = _flag_near(word, flags)
+        if near:
+            return f"; did you mean {near}?"
+        if word in _all_flags(self):  # a flag of another command (tune-rl resume --max-failures)
+            return f"; {word} is not a flag of this command"
+        if own is not self and "--set" in flags:  # a space's setting or hyperparameter: --trainable dqn, --lr 1e-3
+            return f"; a setting goes with --set {word[2:].replace('-', '_')}=VALUE"
+        return ""
 
 
 def _all_flags(parser: argparse.ArgumentParser) -> list[str]:
-    """Every flag of a parser and its subcommands (extra arguments surface at the top parser)."""
+    """Every flag of a parser and its subcommands."""
     flags = []
     for action in parser._actions:
         flags += action.option_strings
@@ -43,6 +60,31 @@ def _all_flags(parser: argparse.ArgumentParser) -> list[str]:
             for sub in action.choices.values():
                 flags += _all_flags(sub)
     return sorted(set(flags))
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
+    """The subcommand's parser (`search`'s for tune-rl search ...), or None."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return None
+
+
+def _flag_near(word: str, flags: Sequence[str]) -> str | None:
+    """The flag `word` was meant as, by its name with - and _ alike: the same name (--seeds_per_trial), the one
+    flag it begins (--env for --env_name), else a close spelling (--num-sample). None rather than a far guess."""
+    def name(flag: str) -> str:
+        return flag.lstrip("-").replace("_", "-").lower()
+
+    names = {name(flag): flag for flag in flags if flag.startswith("--")}
+    wanted = name(word)
+    if wanted in names:
+        return names[wanted]
+    begun = [flag for key, flag in names.items() if key.startswith(wanted + "-")]
+    if len(begun) == 1:
+        return begun[0]
+    found = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.75)
+    return names[found[0]] if found else None
 
 
 def _storage(value: str) -> Any:

@@ -59,7 +59,8 @@ def unknown_env(name: str) -> str | None:
         return missing
     if name in gymnasium.envs.registry or ray_env_creator(name) is not None:
         return None
-    return unknown_name("environment", name, gymnasium.envs.registry)
+    return unknown_name("environment", name, gymnasium.envs.registry,
+                        listing="list them: python -c 'import gymnasium; gymnasium.pprint_registry()'")
 
 
 def check_env(name: str, *, where: str) -> None:
