@@ -58,6 +58,79 @@ def test_set_overrides_budget_fixed_and_pins_a_searched_value():
     assert spec.env_config == {"size": 3} and spec.num_samples == 2
 
 
+@pytest.mark.parametrize("overrides, stop_at, note", [
+    (["env=MountainCarContinuous-v0"], 90.0, "MountainCarContinuous-v0's reward_threshold; the space's stop_at -250 "
+                                             "was for Pendulum-v1"),
+    (["env=Acrobot-v1"], -100.0, "Acrobot-v1's reward_threshold"),
+    (["env=Hopper-v5"], 3800.0, "Hopper-v5's reward_threshold"),
+    (["env=masked_choice"], None, "no stop_at: the space's stop_at -250 was for Pendulum-v1 and masked_choice has no "
+                                  "reward_threshold (--set stop_at=VALUE for one)"),
+    (["env=MountainCarContinuous-v0", "stop_at=50"], 50, ""),  # the user's own bar
+    (["env=Pendulum-v1"], -250, ""),  # the space's own env
+    (["lr=1e-3"], -250, ""),
+])
+def test_another_env_gets_its_own_stop_at_not_the_spaces(overrides, stop_at, note):
+    """ppo_pendulum's -250 is a Pendulum return: on MountainCarContinuous every trial 'solved' it at its first
+    result (returns -100..100), and the re-evaluation confirmed it, until --set env= took the new env's bar."""
+    from tune_runner.search.console import header
+
+    spec = load_spec("ppo_pendulum", overrides=overrides)
+    assert spec.stop_at == stop_at
+    assert spec.stop_at_note.startswith(note) and bool(spec.stop_at_note) == bool(note)
+    assert "stop_at_note" not in spec.as_dict()  # the saved spec holds the bar, not how it came about
+    import io
+
+    out = io.StringIO()
+    header(spec, "x", out)
+    first = out.getvalue().splitlines()[0]
+    assert (note in first) if note else ("reward_threshold" not in first)
+
+
+def test_a_return_over_fewer_episodes_than_its_window_has_not_reached_stop_at():
+    from tune_runner.search.reevaluate import SeedRun, _seed_run
+    from tune_runner.search.stopper import BudgetStopper, EverySeedStopper
+
+    spec = build_spec({"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 10_000}, "stop_at": 475},
+                      name="x", source="x.yaml")
+    assert not spec.reached({"episode_return_mean": 480.0, "episodes": 3})  # the default window: 100
+    assert spec.reached({"episode_return_mean": 480.0, "episodes": 100})
+    assert spec.reached({"episode_return_mean": 480.0})  # a trainable that counts no episodes (the oracle)
+    assert spec.reached({"episode_return_mean": 480.0, "episodes": float("nan")})
+    small = {"config": {"metrics_num_episodes_for_smoothing": 20}, "episode_return_mean": 480.0}
+    assert spec.reached({**small, "episodes": 20}) and not spec.reached({**small, "episodes": 19})
+    fixed = spec.with_overrides(fixed={"metrics_num_episodes_for_smoothing": 50})
+    assert fixed.reached({"episode_return_mean": 480.0, "episodes": 50})
+    assert not fixed.reached({"episode_return_mean": 480.0, "episodes": 49})
+    assert not BudgetStopper(spec)("t", {"env_steps": 4_000, "episode_return_mean": 480.0, "episodes": 3})
+    assert spec.ending({"env_steps": 4_000, "episode_return_mean": 480.0, "episodes": 3}) == "stopped_early"
+    every = EverySeedStopper(spec)  # per seed: its own episodes
+    seeds = {"env_steps": 4_000, "seed_0/episode_return_mean": 480.0, "seed_1/episode_return_mean": 490.0,
+             "seed_0/episodes": 150, "seed_1/episodes": 5}
+    assert not every("t", seeds)
+    assert every("t", {**seeds, "env_steps": 8_000, "seed_0/episode_return_mean": 400.0, "seed_1/episodes": 120})
+    assert _seed_run(spec, 7, [480.0, 470.0, 480.0], [4_000, 8_000, 12_000], [3, 60, 130]) == \
+        SeedRun(7, 480.0, 12_000)  # not at 4,000 env steps, over 3 episodes
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_one_lucky_episode_of_a_real_learner_does_not_solve_the_space():
+    """ppo_pendulum moved to MountainCarContinuous-v0 (stop_at: its reward_threshold, 90): our PPO's first
+    iteration with seed 0 finishes one episode, one that reached the goal (92); 4,095 env steps are no solve."""
+    from tune_runner.algos import PPO, PPOConfig
+
+    spec = load_spec("ppo_pendulum", overrides=["env=MountainCarContinuous-v0"])
+    fixed = {k: v for k, v in spec.fixed.items() if k not in ("num_env_runners", "train_batch_size_per_learner")}
+    learner = PPO(PPOConfig.from_dict({**fixed, "train_batch_size": spec.fixed["train_batch_size_per_learner"],
+                                       "lr": 1.1e-3, "num_epochs": 9, "lambda_": 0.92, "log_std_init": -0.44,
+                                       "seed": 0}), env_id=spec.env)
+    try:
+        first = learner.train_iteration()
+    finally:
+        learner.close()
+    assert first["episodes"] == 1 and first["episode_return_mean"] >= spec.stop_at == 90  # what it was judged on
+    assert not spec.reached(first)
+
+
 def test_parse_value_reads_numbers_leniently():
     assert parse_value("1e-5") == 1e-5  # YAML alone would give the string '1e-5'
     assert parse_value("42") == 42 and isinstance(parse_value("42"), int)

@@ -20,8 +20,10 @@ def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
 
 
 def _stop_at(spec: ExperimentSpec) -> str:
-    return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g})" \
-        if spec.stop_at is not None else ""
+    if spec.stop_at is None:
+        return f" ({spec.stop_at_note})" if spec.stop_at_note else ""
+    why = f": {spec.stop_at_note}" if spec.stop_at_note else ""
+    return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g}{why})"
 
 
 def best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:

@@ -153,18 +153,24 @@ def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, l
         for index, seed in enumerate(seed_numbers(config)):
             column = seed_key(index, spec.metric)
             if column in history:
-                run = _seed_run(spec, seed, history[column].tolist(), history["env_steps"].tolist())
+                episodes = seed_key(index, "episodes")
+                run = _seed_run(spec, seed, history[column].tolist(), history["env_steps"].tolist(),
+                                history[episodes].tolist() if episodes in history else None, config=config)
                 if run is not None:
                     runs[int(config[CANDIDATE_KEY])].append(replace(run, trial_path=result.path))
     return runs
 
 
-def _seed_run(spec: ExperimentSpec, seed: int, values: list[Any], env_steps: list[Any]) -> SeedRun | None:
-    """One seed's SeedRun from its curve: the first value that reached stop_at, else the last finite one."""
-    finite = [(float(v), int(s)) for v, s in zip(values, env_steps, strict=True)
+def _seed_run(spec: ExperimentSpec, seed: int, values: list[Any], env_steps: list[Any],
+              episodes: list[Any] | None = None, *, config: dict | None = None) -> SeedRun | None:
+    """One seed's SeedRun from its curve: the first value that reached stop_at (over a full window of its
+    `episodes`, where given), else the last finite one."""
+    episodes = episodes if episodes is not None else [None] * len(values)
+    finite = [(float(v), int(s), e) for v, s, e in zip(values, env_steps, episodes, strict=True)
               if isinstance(v, (int, float)) and math.isfinite(v)]
-    for value, steps in finite:
-        if spec.reached({spec.metric: value}):
+    for value, steps, count in finite:
+        if spec.reached({spec.metric: value, "config": config or {},
+                         **({"episodes": count} if isinstance(count, (int, float)) else {})}):
             return SeedRun(seed, value, steps)
     return SeedRun(seed, finite[-1][0], None) if finite else None
 

@@ -38,7 +38,16 @@ class EverySeedStopper(BudgetStopper):
 
         if int(result.get("env_steps", 0)) >= self.spec.budget_env_steps:
             return True
-        values = per_seed(result, self.spec.metric)
+        values, episodes = per_seed(result, self.spec.metric), per_seed(result, "episodes")
         done = self.reached.setdefault(trial_id, set())
-        done.update(i for i, v in enumerate(values) if self.spec.reached({self.spec.metric: v}))
+        done.update(i for i, v in enumerate(values)
+                    if self.spec.reached({**seed_counts(result, episodes, i), self.spec.metric: v}))
         return bool(values) and len(done) == len(values)
+
+
+def seed_counts(result: dict, episodes: list, index: int) -> dict:
+    """What spec.reached reads besides the value for seed `index`: its own episodes, and the trial's config."""
+    counts = {"config": result.get("config") or {}}
+    if index < len(episodes):
+        counts["episodes"] = episodes[index]
+    return counts

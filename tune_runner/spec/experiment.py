@@ -27,6 +27,7 @@ TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
+WINDOW_KEY, DEFAULT_WINDOW = "metrics_num_episodes_for_smoothing", 100  # the episodes a return is the mean of
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,30 @@ class ExperimentSpec:
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seeds)."""
     seed_aggregate: str = seeds.DEFAULT_AGGREGATE
+    stop_at_note: str = ""
+    """Where stop_at came from when `--set env=` moved the search off the space's env (retarget_stop_at); not saved."""
 
     def reached(self, result: dict) -> bool:
-        """Whether a result meets `stop_at` (at or above it for max, at or below for min)."""
+        """Whether a result meets `stop_at` (at or above it for max, at or below for min), over a full window
+        of episodes where the result counts them (`episodes`, lifetime: the fewest of a trial's seeds).
+
+        The return is the mean of the last `metrics_num_episodes_for_smoothing` finished episodes; before
+        that many have finished it is the mean of the few that have, and where an episode ends early on
+        success (MountainCar, Acrobot, a landing) those few are the successes: ppo_pendulum's stop_at moved to
+        MountainCarContinuous-v0 was "solved" at the first result, 4,095 env steps, by one lucky episode."""
         value = result.get(self.metric)
         if self.stop_at is None or not isinstance(value, (int, float)) or value != value:
             return False
-        return value >= self.stop_at if self.mode == "max" else value <= self.stop_at
+        if not (value >= self.stop_at if self.mode == "max" else value <= self.stop_at):
+            return False
+        episodes = result.get("episodes")  # a NaN (a pandas row without it) counts as not given
+        return not isinstance(episodes, (int, float)) or episodes != episodes or episodes >= self.episode_window(result)
+
+    def episode_window(self, result: dict) -> int:
+        """How many finished episodes a trial's return is the mean of: its config's (Tune hands the config back
+        with each result), else the space's fixed value, else our learners' and RLlib's default (100)."""
+        window = (result.get("config") or {}).get(WINDOW_KEY, self.fixed.get(WINDOW_KEY, DEFAULT_WINDOW))
+        return int(window) if isinstance(window, (int, float)) and window >= 1 else DEFAULT_WINDOW
 
     def ending(self, result: dict) -> str:
         """How a finished trial ended: `done` (full budget), `solved` (stop_at) or `stopped_early`."""
@@ -170,10 +188,42 @@ def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
         key, value = parse_override(item)
         chosen = value if key == "trainable" else chosen
     raw = apply_backend(raw, chosen, where=str(path))
+    target = (raw.get("env"), raw.get("stop_at"))
     for item in overrides:
         apply_override(raw, item)
+    note = retarget_stop_at(raw, target, set_keys={parse_override(item)[0] for item in overrides})
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return build_spec(raw, name=path.stem, source=str(path), sha256=digest)
+    spec = build_spec(raw, name=path.stem, source=str(path), sha256=digest)
+    return replace(spec, stop_at_note=note) if note else spec
+
+
+def retarget_stop_at(raw: dict, target: tuple[Any, Any], *, set_keys: set[str]) -> str:
+    """A space's `stop_at` is a return on its own env: with `--set env=` another env (and no `--set stop_at=`),
+    the new env's own bar, gymnasium's `reward_threshold` (MountainCarContinuous-v0: 90), or none. Returns the
+    note the search's header prints, or ""."""
+    env, stop_at = target
+    if "env" not in set_keys or "stop_at" in set_keys or stop_at is None or raw.get("env") == env:
+        return ""
+    threshold = None
+    if raw.get("metric", "episode_return_mean") == "episode_return_mean" and raw.get("mode", "max") == "max":
+        threshold = env_reward_threshold(str(raw.get("env")))
+    raw["stop_at"] = threshold
+    was = f"the space's stop_at {stop_at:g} was for {env}" if isinstance(stop_at, (int, float)) else \
+        f"the space's stop_at was for {env}"
+    if threshold is None:
+        return f"no stop_at: {was} and {raw.get('env')} has no reward_threshold (--set stop_at=VALUE for one)"
+    return f"{raw.get('env')}'s reward_threshold; {was}"
+
+
+def env_reward_threshold(env_id: str) -> float | None:
+    """gymnasium's `reward_threshold` for a registered id (the return its authors call solved), else None."""
+    try:
+        import gymnasium
+
+        threshold = gymnasium.spec(env_id).reward_threshold
+    except Exception:  # noqa: BLE001 - not a gymnasium id (a Ray-registered or plug-in env): no bar
+        return None
+    return float(threshold) if isinstance(threshold, (int, float)) else None
 
 
 def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
