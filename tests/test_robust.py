@@ -169,6 +169,9 @@ def test_when_no_seed_solved_the_final_metric_ranks_and_judges():
     high = summarise(Candidate("high", {}, 1.0), _runs((400.0, None), (401.0, None), (402.0, None)), target=TARGET)
     verdict = rank([low, high], mode="max", target=TARGET)
     assert verdict.winner.candidate.trial_id == "high" and verdict.clear
+    # not "IQM 250k env steps to 475": none got there (printed so once, on MountainCarContinuous)
+    assert headline(verdict.winner, TARGET) == "solved 0/3 seeds within 250k env steps, final IQM 401.0 [95% CI " \
+                                               f"{verdict.winner.ci[0]:.1f}, {verdict.winner.ci[1]:.1f}]"
     assert verdict.sentence().startswith("no seed of #1 or #2 reached 475, so the final value's IQM ranks them; "
                                          "clear winner")
 

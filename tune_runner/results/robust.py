@@ -290,7 +290,12 @@ def candidates(analysis: Any, *, metric: str, mode: str, k: int,
 
 
 def headline(evaluated: Evaluated, target: Target) -> str:
-    """`solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 88k, 110k]`: how a config did against stop_at."""
+    """`solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 88k, 110k]`: how a config did against stop_at. With
+    no seed solved, the final value's IQM instead: env steps "to 475" would be the budget, never reached."""
+    if evaluated.solved and not any(evaluated.solved):
+        low, high = evaluated.ci
+        return (f"solved {evaluated.solved_text} seeds within {fmt_steps(target.budget)} env steps, final IQM "
+                f"{evaluated.iqm:.1f} [{CONFIDENCE:.0%} CI {low:.1f}, {high:.1f}]")
     low, high = evaluated.steps_ci
     return (f"solved {evaluated.solved_text} seeds, IQM {fmt_steps(evaluated.steps_iqm)} env steps to "
             f"{target.label} [{CONFIDENCE:.0%} CI {fmt_steps(low)}, {fmt_steps(high)}]")
