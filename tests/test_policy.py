@@ -133,7 +133,7 @@ def test_video_holds_every_frame(trained, cli, tmp_path):
     import imageio.v2 as imageio  # imageio, imageio-ffmpeg and pygame (CartPole's renderer): the test extra
 
     video = tmp_path / "out.mp4"
-    result = cli("evaluate", str(trained.checkpoint), "--episodes", "2", "--render", "rgb_array", "--video", str(video))
+    result = cli("evaluate", str(trained.checkpoint), "--episodes", "2", "--video", str(video))  # README's: no --render
     assert result.status == 0, result.err
     steps = sum(evaluation.evaluate(load_policy(trained.checkpoint), episodes=2, seed=0).lengths)
     assert f"video      {video}  ({steps + 2} frames)" in result.out  # each reset's frame, then one per step

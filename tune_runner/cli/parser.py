@@ -310,7 +310,7 @@ def _evaluate_parser(sub: Any) -> None:
                                                                       "(default 0)")
     ev.add_argument("--render", metavar="MODE", help="rgb_array (frames for --video) or human (a window)")
     ev.add_argument("--video", type=Path, metavar="FILE",
-                    help="write every frame to FILE (.mp4) with --render rgb_array; needs tune-rl[video]")
+                    help="write every frame to FILE (.mp4), rendered as rgb_array; needs tune-rl[video]")
 
 
 def _dashboard_parser(sub: Any) -> None:

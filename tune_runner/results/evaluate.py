@@ -51,14 +51,19 @@ def check_options(*, episodes: int, seed: int, render: str | None, video: Path |
         raise UserError(f"--seed {seed}: must be 0 or more (gymnasium seeds are non-negative)")
     if render is not None and render not in RENDER_MODES:
         raise UserError(f"--render {render}: expected one of {', '.join(RENDER_MODES)}")
-    if video is not None and render != "rgb_array":
-        raise UserError(f"--video {video}: needs frames to write; add --render rgb_array")
+    if video is not None and render not in (None, "rgb_array"):
+        raise UserError(f"--video {video}: writes rgb_array frames, not --render {render}; drop --render {render}")
     if render == "rgb_array" and video is None:
         raise UserError("--render rgb_array: the frames go nowhere; add --video FILE.mp4 to keep them")
     if video is not None:
         _video_module(video)
         if not video.expanduser().resolve().parent.is_dir():
             raise UserError(f"--video {video}: the folder {video.expanduser().resolve().parent} does not exist")
+
+
+def render_mode(render: str | None, video: Path | None) -> str | None:
+    """The env's render mode: the one asked for, else rgb_array when frames go to a video."""
+    return render or ("rgb_array" if video is not None else None)
 
 
 def evaluate(policy: Any, *, episodes: int, seed: int = 0, render: str | None = None, video: Path | None = None,
@@ -68,6 +73,7 @@ def evaluate(policy: Any, *, episodes: int, seed: int = 0, render: str | None = 
     `progress` gets a line now and then when the evaluation takes long.
     """
     check_options(episodes=episodes, seed=seed, render=render, video=video)
+    render = render_mode(render, video)
     env = make_env(policy.env_id, env_config=policy.env_config, render=render)
     recorder = None
     try:
