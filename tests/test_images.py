@@ -133,22 +133,37 @@ def test_ppo_learns_where_the_lit_cell_is():
     assert result["episode_return_mean"] > 17, (first, result["episode_return_mean"])
 
 
-def test_a_loaded_image_policy_acts_as_the_learner_and_the_mlflow_model_is_not_claimed(tmp_path):
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_loaded_image_policy_and_its_mlflow_model_act_as_the_learner(algo, tmp_path):
+    """load_policy and the MLflow model's own loader (tune_rl_policy: torch and numpy only) on a CNN policy: the
+    learner's greedy actions, from flat observations as MLflow's signature takes them."""
     from tests.test_policy import write_trial
+    from tune_runner import tune_rl_policy
     from tune_runner.results import model
     from tune_runner.results.policy import load_policy
     from tune_runner.trainables.agents import build_learner
 
-    config = {"env": SPOT, "env_config": {}, "num_envs_per_env_runner": 4, "train_batch_size_per_learner": 256,
-              "minibatch_size": 64, "num_epochs": 2, "seed": 5}
-    learner = build_learner("ppo", config)
-    learner.train_iteration()
-    checkpoint = write_trial(tmp_path / "exp" / "OwnPPO_spot_00000", learner, config)
+    config = {"env": SPOT, "env_config": {}, "num_envs_per_env_runner": 4, "seed": 5,
+              **({"train_batch_size_per_learner": 256, "minibatch_size": 64, "num_epochs": 2} if algo == "ppo" else
+                 {"num_steps_sampled_before_learning_starts": 64, "train_batch_size_per_learner": 32})}
+    learner = build_learner(algo, config)
+    while learner.env_steps < 300:  # past DQN's warm-up: the Q-network has been trained
+        learner.train_iteration()
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # PPO's small-gain head picks one action everywhere this early: shake its weights
+        for weight in (learner.pi if algo == "ppo" else learner.q).parameters():
+            weight.add_(torch.randn(weight.shape, generator=noise) * 0.3)
+    checkpoint = write_trial(tmp_path / "exp" / f"Own{algo.upper()}_spot_00000", learner, config)
     obs = np.stack([Spot().reset(seed=s)[0] for s in range(64)])
-    policy = load_policy(checkpoint)
-    np.testing.assert_array_equal(policy.compute_actions(obs), learner.compute_actions(obs))
-    with pytest.raises(model.NotExportable, match="a CNN"):
-        model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "policy")
+    expected = learner.compute_actions(obs)
+    assert len(set(expected.tolist())) > 1  # actions that depend on the image: a wrong view of it would show
+    np.testing.assert_array_equal(load_policy(checkpoint).compute_actions(obs), expected)
+    folder = model.save_policy(checkpoint, learner=algo, config=config, folder=tmp_path / "policy")
+    logged = tune_rl_policy.Policy(folder)
+    assert logged.spec["cnn"]["obs_shape"] == [10, 10, 4] and logged.spec["cnn"]["convs"] == [[4, 16, 3, 1]]
+    np.testing.assert_array_equal(logged.predict(obs.reshape(64, -1).astype(np.float32)), expected)
+    assert tuple(model.signature(logged.spec).inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 400)
+    learner.close()
 
 
 def test_minatar_breakout_registers_itself_and_trains_through_the_cnn():

@@ -12,6 +12,10 @@ output is the Gaussian's mean, clipped to those bounds as the env got it in trai
 one segment of logits per number, and each number is its segment's argmax. A policy
 trained with `observation_filter: MeanStdFilter` holds `obs_mean` and `obs_var`, and each
 observation is first scaled as in training: (obs - mean) / sqrt(var + 1e-8), clipped to +-10.
+
+A policy for image observations (our CNN) holds `cnn`: the image's `obs_shape`, `channels_last`, `input_scale`
+and its convolutions as [in, out, kernel, stride] (each followed by a ReLU); observations still come in flat,
+are viewed as images and scaled, and the convolutions' flattened output feeds the MLP.
 """
 
 from __future__ import annotations
@@ -38,12 +42,45 @@ def build_mlp(sizes: list[int], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class ImageNet(nn.Module):
+    """Convolutions (each then a ReLU) over flat observations viewed as images, then an MLP: the state-dict
+    keys of tune-rl's CNN (`conv.0.weight`, ..., `head.0.weight`, ...)."""
+
+    def __init__(self, cnn: dict[str, Any], sizes: list[int], activation: str) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for channels_in, channels_out, kernel, stride in cnn["convs"]:
+            layers += [nn.Conv2d(channels_in, channels_out, kernel, stride=stride), nn.ReLU()]
+        self.conv, self.head = nn.Sequential(*layers), build_mlp(sizes, activation)
+        self.shape, self.scale = tuple(cnn["obs_shape"]), float(cnn["input_scale"])
+        self.channels_last = bool(cnn["channels_last"])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        images = obs.reshape(-1, *self.shape) * self.scale
+        if self.channels_last:
+            images = images.permute(0, 3, 1, 2)
+        return self.head(self.conv(images).flatten(1))
+
+
+def build_net(spec: dict[str, Any]) -> nn.Module:
+    """The policy network a spec describes: an MLP, or with `cnn` convolutions before it."""
+    if "cnn" in spec:
+        return ImageNet(spec["cnn"], spec["sizes"], spec["activation"])
+    return build_mlp(spec["sizes"], spec["activation"])
+
+
+def input_size(spec: dict[str, Any]) -> int:
+    """The length of one flat observation."""
+    return int(np.prod(spec["cnn"]["obs_shape"])) if "cnn" in spec else int(spec["sizes"][0])
+
+
 def save(folder: Path, *, sizes: list[int], activation: str, state: dict[str, torch.Tensor],
          about: dict[str, Any]) -> Path:
     """Write a policy's spec and weights into `folder` (the model's data)."""
     folder.mkdir(parents=True, exist_ok=True)
-    build_mlp(sizes, activation).load_state_dict(state)  # fails here, not at load time, on a mismatch
-    (folder / SPEC_FILE).write_text(json.dumps({"sizes": sizes, "activation": activation, **about}, indent=1))
+    spec = {"sizes": sizes, "activation": activation, **about}
+    build_net(spec).load_state_dict(state)  # fails here, not at load time, on a mismatch
+    (folder / SPEC_FILE).write_text(json.dumps(spec, indent=1))
     torch.save({k: v.detach().cpu() for k, v in state.items()}, folder / WEIGHTS_FILE)
     return folder
 
@@ -53,16 +90,16 @@ class Policy:
 
     def __init__(self, folder: Path) -> None:
         self.spec = json.loads((folder / SPEC_FILE).read_text())
-        self.net = build_mlp(self.spec["sizes"], self.spec["activation"])
+        self.net = build_net(self.spec)
         self.net.load_state_dict(torch.load(folder / WEIGHTS_FILE, weights_only=True))
         self.net.eval()
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
-        """Actions for a batch of observations [batch, obs_dim] (a DataFrame works too): int64 [batch] for
+        """Actions for a batch of flat observations [batch, obs_dim] (a DataFrame works too): int64 [batch] for
         Discrete actions, float32 [batch, *action_shape] for Box actions, [batch, *action_shape] of the space's
         dtype for MultiDiscrete ones."""
         obs = np.array(getattr(model_input, "values", model_input), dtype=np.float32)  # a copy torch may own
-        obs = obs.reshape(-1, self.spec["sizes"][0])
+        obs = obs.reshape(-1, input_size(self.spec))
         if "obs_mean" in self.spec:
             mean, var = (np.asarray(self.spec[key], dtype=np.float64) for key in ("obs_mean", "obs_var"))
             obs = np.clip((obs - mean) / np.sqrt(var + 1e-8), -10.0, 10.0).astype(np.float32)

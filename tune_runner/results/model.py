@@ -1,7 +1,8 @@
 """The best trial's policy as an MLflow pyfunc model (observations in, greedy actions out).
 
 For our `ppo` and `dqn` the policy network comes from the trial's last checkpoint; the model
-holds a plain MLP (tune_runner/tune_rl_policy.py is its loader, copied into the model), so
+holds a plain MLP, or for image observations our CNN's convolutions before it (tune_runner/tune_rl_policy.py
+is its loader, copied into the model), so
 
     mlflow.pyfunc.load_model("models:/NAME/1").predict(obs)
 
@@ -28,7 +29,7 @@ MODEL_NAME = "policy"  # the logged model's name, under the parent run
 
 
 class NotExportable(Exception):
-    """A policy the plain-MLP model cannot hold (a CNN for image observations); the message says why."""
+    """A policy the model cannot hold; the message says why."""
 
 
 def uses_cnn(state: Any) -> bool:
@@ -56,6 +57,30 @@ def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -
     return sizes, layers, settings.fcnet_activation
 
 
+def cnn_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str, dict]:
+    """(head sizes, state dict for tune_rl_policy.ImageNet, activation, its `cnn` spec) of a learner whose
+    network is our CNN: the image's shape and scale and the convolutions' strides are the network's, built
+    from the trial's config as the learner builds it (they are not in its weights)."""
+    from torch import nn
+
+    from tune_runner.algos.networks import CNN
+    from tune_runner.spec.reserved import SEED_KEYS
+    from tune_runner.trainables.agents import build_learner
+
+    built = build_learner(learner, {k: v for k, v in config.items() if k not in SEED_KEYS})
+    try:
+        cnn = next(m for m in (built.pi if learner == "ppo" else built.q).modules() if isinstance(m, CNN))
+    finally:
+        built.close()
+    weights = state["pi" if learner == "ppo" else "q"]
+    head = _linears(weights, prefix="head.")
+    convs = [[m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0]] for m in cnn.conv
+             if isinstance(m, nn.Conv2d)]
+    about = {"obs_shape": list(cnn.shape), "channels_last": bool(cnn.channels_last), "input_scale": cnn.scale,
+             "convs": convs}
+    return [head[0][0].shape[1], *(w.shape[0] for w, _ in head)], dict(weights), "relu", about
+
+
 def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (weight, bias) pairs of an nn.Sequential's Linear layers, in order."""
     indices = sorted(int(k[len(prefix):].split(".")[0]) for k in state
@@ -66,19 +91,20 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
     """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
     state = checkpoints.policy_seed(checkpoints.read(checkpoint)["learner"])[0]
-    if uses_cnn(state):
-        raise NotExportable("a CNN policy for image observations; the logged model holds an MLP: use tune-rl "
-                            "evaluate or load_policy on the checkpoint")
-    sizes, layers, activation = policy_layers(learner, state, config)
+    extra: dict[str, Any] = {}
+    if uses_cnn(state):  # image observations: the convolutions, then the MLP head
+        sizes, layers, activation, extra["cnn"] = cnn_layers(learner, state, config)
+    else:
+        sizes, layers, activation = policy_layers(learner, state, config)
     actions = state.get("action_space")  # ppo on Box (the bounds) or MultiDiscrete actions (nvec); None: Discrete
     if actions is None:
-        extra = {}
+        pass
     elif "nvec" in actions:  # MultiDiscrete: one argmax per number's logits
-        extra = {"action_nvec": [int(n) for n in actions["nvec"]], "action_shape": list(actions["shape"]),
-                 "action_dtype": str(np.dtype(actions["dtype"]))}
+        extra.update(action_nvec=[int(n) for n in actions["nvec"]], action_shape=list(actions["shape"]),
+                     action_dtype=str(np.dtype(actions["dtype"])))
     else:
-        extra = {"action_low": np.asarray(actions["low"]).tolist(), "action_high": np.asarray(actions["high"]).tolist(),
-                 "action_shape": list(actions["shape"])}
+        extra.update(action_low=np.asarray(actions["low"]).tolist(), action_high=np.asarray(actions["high"]).tolist(),
+                     action_shape=list(actions["shape"]))
     if state.get("obs_filter") is not None:  # observation_filter: MeanStdFilter's statistics, as trained
         extra.update(obs_mean=np.asarray(state["obs_filter"]["mean"]).tolist(),
                        obs_var=np.asarray(state["obs_filter"]["var"]).tolist())
@@ -108,5 +134,5 @@ def signature(spec: dict[str, Any]) -> Any:
         out = TensorSpec(np.dtype(np.float32), (-1, *spec["action_shape"]))
     else:
         out = TensorSpec(np.dtype(np.int64), (-1,))
-    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, spec["sizes"][0]))]),
+    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, tune_rl_policy.input_size(spec)))]),
                           outputs=Schema([out]))
