@@ -36,11 +36,15 @@ from tune_runner.search.reevaluate import CANDIDATE_KEY, _seed_runs
 from tune_runner.spec.experiment import load_spec
 
 
-def test_iqm_drops_a_quarter_at_each_end():
+def test_iqm_is_the_mean_of_the_middle_half_and_the_one_a_trials_seeds_are_judged_by():
+    from tune_runner.algos.seeds import aggregate
+
     assert iqm([4.0]) == 4.0
-    assert iqm([1, 2, 3]) == 2.0                     # n=3: floor(3/4)=0 cut, plain mean
+    assert iqm([1, 2, 3]) == 2.0 and iqm([1, 2, 6]) == pytest.approx((1 + 4 * 2 + 6) / 6)  # n=3: (a + 4b + c) / 6
     assert iqm([1, 2, 3, 10]) == 2.5                 # n=4: drop 1 and 10 -> (2+3)/2
-    assert iqm([100, 1, 2, 3, -50]) == 2.0           # n=5: drop -50 and 100 -> (1+2+3)/3
+    assert iqm([100, 1, 2, 3, -50]) == pytest.approx((3 * 1 + 4 * 2 + 3 * 3) / 10)  # n=5: (3b + 4c + 3d) / 10
+    seeds = [-156.2, -183.5, -164.6]  # a re-evaluation's three seeds, once printed as IQM -166.4 and -168.1
+    assert iqm(seeds) == pytest.approx(aggregate(seeds, "iqm")) == pytest.approx(-166.35)
     assert iqm([0, 0, 10, 10, 10, 10, 0, 1000]) == pytest.approx((0 + 0 + 10 + 10) / 4 + 2.5)
     assert math.isnan(iqm([]))
 
@@ -124,11 +128,13 @@ def test_fmt_steps_keeps_three_significant_digits():
 def test_an_unsolved_seed_counts_at_the_budget():
     ev = _solved("b", 50_000, 50_000, None)
     assert ev.solved == (True, True, False) and ev.steps == (50_000, 50_000, 250_000)
-    assert ev.steps_iqm == pytest.approx(350_000 / 3) and ev.share == pytest.approx(2 / 3)
-    assert ev.returns == (478.0, 478.0, 431.0) and ev.iqm == pytest.approx((478 + 478 + 431) / 3)
+    # The IQM of three sorted values a <= b <= c is (a + 4b + c) / 6 (tune_runner.algos.seeds.iqm)
+    assert ev.steps_iqm == pytest.approx((50_000 + 4 * 50_000 + 250_000) / 6) and ev.share == pytest.approx(2 / 3)
+    assert ev.returns == (478.0, 478.0, 431.0) and ev.iqm == pytest.approx((431 + 4 * 478 + 478) / 6)
     # Resampling three seeds draws all three at 50k (or all at 250k) 1 time in 27 (3.7% > 2.5%): the 95% CI
     # reaches exactly from the fastest seed to the budget.
-    assert ev.steps_ci == (50_000.0, 250_000.0) == bootstrap_ci([50_000, 50_000, 250_000])
+    assert ev.steps_ci == pytest.approx((50_000.0, 250_000.0))
+    assert ev.steps_ci == bootstrap_ci([50_000, 50_000, 250_000])
     plain = summarise(Candidate("p", {}, 1.0), _runs((478.0, 60_000)), target=None)
     assert plain.solved == () and plain.steps == () and math.isnan(plain.steps_iqm)
 
@@ -183,7 +189,7 @@ def test_the_summary_lines_say_solved_share_and_steps():
     assert describe(verdict, metric="episode_return_mean") == [
         "#1 sure  solved 3/3 seeds, IQM 96k env steps to 475 [95% CI 96k, 96k]  over seeds 1000-1002  "
         "(search: solved at 120k env steps)",
-        "#2 flaky  solved 2/3 seeds, IQM 149k env steps to 475 [95% CI 96k, 250k]  over seeds 1000-1002  "
+        "#2 flaky  solved 2/3 seeds, IQM 124k env steps to 475 [95% CI 96k, 250k]  over seeds 1000-1002  "
         "(search: episode_return_mean 478.0, unsolved)",
         "no clear winner: #1 solved more seeds (3/3 vs 2/3) but the CIs of env steps to 475 of #1 and #2 overlap; "
         "more seeds would tell them apart"]
@@ -288,9 +294,10 @@ def test_the_bundle_says_how_the_winner_was_ranked_and_what_verify_checks(tmp_pa
     assert evaluation["ranked_by"] == ("the share of seeds that reached episode_return_mean >= 475, then the IQM of "
                                        "env steps to reach it (a seed that did not counts at the budget, 250,000)")
     assert evaluation["summary"] == headline(_sure_verdict().winner, TARGET)
-    assert evaluation["summary"].startswith("solved 3/3 seeds, IQM 98.7k env steps to 475 [95% CI ")
+    assert evaluation["summary"].startswith("solved 3/3 seeds, IQM 97.3k env steps to 475 [95% CI ")
     assert evaluation["solved"] == [True, True, True] and evaluation["steps"] == [90_000, 96_000, 110_000]
-    assert evaluation["steps_iqm"] == pytest.approx(296_000 / 3) and len(evaluation["steps_ci"]) == 2
+    assert evaluation["steps_iqm"] == pytest.approx((90_000 + 4 * 96_000 + 110_000) / 6) and \
+        len(evaluation["steps_ci"]) == 2
     assert [(r["trial_id"], r["solved"], r["seeds"]) for r in evaluation["ranking"]] == [("sure", 3, 3),
                                                                                         ("flaky", 2, 3)]
     assert {"iqm", "ci", "returns", "clear_winner", "verdict"} <= set(evaluation)  # the final metric's, as before
@@ -305,10 +312,10 @@ def test_verify_judges_a_stop_at_bundle_by_solved_share_and_steps(tmp_path):
     low, high = said.ci
     assert said.solved == (3, 3) and said.stop_at == 475.0 and low <= 98_700 <= high
     holds, line = verify.judge(said, _solved("again", 92_000, 99_000, 104_000))
-    assert holds and line == (f"solved 3/3 seeds, IQM 98.3k env steps to 475 [95% CI "
+    assert holds and line == (f"solved 3/3 seeds, IQM 98.7k env steps to 475 [95% CI "
                               f"{fmt_steps(bootstrap_ci([92_000, 99_000, 104_000])[0])}, "
                               f"{fmt_steps(bootstrap_ci([92_000, 99_000, 104_000])[1])}] over seeds 1000-1002 "
-                              f"(env steps 92k, 99k, 104k); the bundle's: solved 3/3 seeds, IQM 98.7k env steps to "
+                              f"(env steps 92k, 99k, 104k); the bundle's: solved 3/3 seeds, IQM 97.3k env steps to "
                               f"475 [95% CI {fmt_steps(low)}, {fmt_steps(high)}]: as large a share solved and the IQM "
                               f"inside the CI, the config holds")
     fewer, line = verify.judge(said, _solved("again", 92_000, 99_000, 104_000, None, 95_000))  # IQM inside, 4/5
@@ -349,7 +356,7 @@ def test_the_reports_verdict_table_shows_solved_share_and_steps(tmp_path):
     saved = json.loads(save_verdict(_sure_verdict(), tmp_path, metric="episode_return_mean").read_text())
     table = _verdict_table(saved)
     assert "<th>solved</th><th>IQM env steps to 475</th>" in table
-    assert "<td>1</td><td>sure</td><td>3/3</td><td>98.7k</td>" in table and "<td>2/3</td>" in table
+    assert "<td>1</td><td>sure</td><td>3/3</td><td>97.3k</td>" in table and "<td>2/3</td>" in table
     assert "90k, 96k, 110k" in table and _sure_verdict().sentence() in table
     plain = json.loads(save_verdict(rank([_ev("a", 480, (470, 490))], mode="max"), tmp_path, metric="r").read_text())
     assert "<td>a</td><td>480.0</td><td>[470.0, 490.0]</td><td>480.0, 480.0</td>" in _verdict_table(plain)
@@ -362,7 +369,7 @@ def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
     winner = _sure_verdict().winner
     assert values == {"robust_iqm": winner.iqm, "robust_ci_low": winner.ci[0], "robust_ci_high": winner.ci[1],
                       "robust_solved_share": 1.0, "robust_solved_seeds": 3, "robust_seeds": 3,
-                      "robust_steps_to_solve_iqm": pytest.approx(296_000 / 3),
+                      "robust_steps_to_solve_iqm": pytest.approx((90_000 + 4 * 96_000 + 110_000) / 6),
                       "robust_steps_to_solve_ci_low": winner.steps_ci[0],
                       "robust_steps_to_solve_ci_high": winner.steps_ci[1]}
     assert set(robust_metrics(rank([_ev("a", 480, (470, 490))], mode="max"))) == {"robust_iqm", "robust_ci_low",

@@ -47,12 +47,16 @@ def iqm(values: Sequence[float]) -> float:
     (3b + 4c + 3d) / 10 for sorted a <= b <= ..., where trim_mean would take the plain mean for n = 3.
     """
     x = np.sort(np.asarray(values, dtype=np.float64))
-    n = len(x)
-    if n == 0:
+    if len(x) == 0:
         raise ValueError("iqm of no values")
+    return float(np.dot(iqm_weights(len(x)), x))
+
+
+def iqm_weights(n: int) -> np.ndarray:
+    """The weights of n sorted values in their IQM (they sum to 1): `iqm_weights(n) @ sorted(x)`, also for
+    many rows of n at once (a bootstrap)."""
     lo, hi = np.arange(n) / n, np.arange(1, n + 1) / n  # the mass each sorted value holds
-    weights = np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None)
-    return float(np.dot(weights, x) / 0.5)
+    return np.clip(np.minimum(hi, 0.75) - np.maximum(lo, 0.25), 0.0, None) / 0.5
 
 
 def aggregate(values: Sequence[float], how: str = "iqm") -> float:
