@@ -45,6 +45,33 @@ def test_best_exports_the_clis_bundle(finished, cli, tmp_path):
     assert ours == theirs and ours["source"]["trial_id"] == "h_00003"
 
 
+def test_best_gives_the_searchs_reevaluated_winner_unless_asked_for_a_scope(finished, cli, tmp_path):
+    """A search that re-evaluated exported its verdict's winner; `best` on its folder says the same (it said the
+    best last result, another trial, once), and --scope, --metric or --mode still pick as asked."""
+    import shutil
+
+    from tune_runner.results import report, robust
+
+    folder = tmp_path / "results" / "hand-search"
+    shutil.copytree(finished, folder)
+    runs = {"h_00001": (480.0, 490.0, 500.0), "h_00003": (300.0, 310.0, 320.0)}
+    verdict = robust.rank([robust.summarise(robust.Candidate(trial, {}, 1.0),
+                                            [robust.SeedRun(1000 + i, v, None) for i, v in enumerate(values)],
+                                            target=None) for trial, values in runs.items()], mode="max")
+    report.save_verdict(verdict, folder, metric="episode_return_mean")
+    best = tr.best(str(folder))
+    assert best.trial_id == "h_00001" and best.value == pytest.approx(490.0) and best.scope == "reevaluated IQM"
+    assert best.verdict is not None and best.verdict.winner.iqm == pytest.approx(490.0)
+    assert tr.best(str(folder), scope="last").trial_id == "h_00003" == tr.best(str(finished)).trial_id
+    printed = cli("best", str(folder))
+    assert printed.status == 0 and printed.out.startswith("best       h_00001  episode_return_mean 490")
+    assert cli("best", str(folder), "--scope", "last").out.startswith("best       h_00003")
+    (folder / "reevaluation.json").write_text('{"ranking": [{"trial_id": "h_00001"}]}')
+    with pytest.raises(tr.UserError, match=r"reevaluation.json: not a saved re-evaluation \(KeyError: 'seeds'\); "
+                                           r"delete it, or run tune-rl best hand-search --reevaluate K again"):
+        tr.best(str(folder))
+
+
 def test_bad_input_raises_the_clis_line_as_a_typed_error(cli, finished):
     cases = [
         (tr.NotFound, lambda: tr.search("ppo_smal"), ["search", "--space", "ppo_smal"]),

@@ -13,16 +13,20 @@ from tune_runner.errors import UserError
 
 
 def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_uri: str | None = None,
-         metric: str | None = None, mode: str | None = None, scope: str = "last", reevaluate: int | None = None,
-         seeds: int | None = None, num_cpus: int | None = None, out: TextIO | None = None) -> BestResult:
+         metric: str | None = None, mode: str | None = None, scope: str | None = None,
+         reevaluate: int | None = None, seeds: int | None = None, num_cpus: int | None = None,
+         out: TextIO | None = None) -> BestResult:
     """The best trial of a search, as `tune-rl best`: `experiment` is a name under `storage`, a folder, or
     runs:/<parent run id> (or, with `mlflow_uri`, a name) of a search in MLflow. `scope` is last, max or
     avg-last-N; `reevaluate=K` re-trains the top K configs on `seeds` fresh seeds (progress to `out`) and picks
-    the best interquartile mean."""
+    the best interquartile mean. With none of metric, mode, scope and reevaluate given, a folder whose search
+    re-evaluated its top configs gives that verdict's winner, the config the search exported; else scope last."""
     from tune_runner.results import analysis
 
     storage = storage_setting(storage)
     experiment = str(experiment)
+    own_pick = scope is None and metric is None and mode is None and not reevaluate
+    scope = scope or "last"
     analysis.parse_scope(scope)
     for flag, value in (("--reevaluate", reevaluate), ("--seeds", seeds), ("--num-cpus", num_cpus)):
         positive(flag, value)  # the settings first: they need no experiment to be wrong
@@ -34,7 +38,11 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
     else:
         path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
     chosen, judged = analysis.select(spec, loaded, metric=metric, mode=mode, scope=scope)
-    verdict = None
+    verdict = _saved_verdict(path, spec, loaded) if own_pick and path is not None else None
+    if verdict is not None:
+        from tune_runner.results.robust import winner_best
+
+        chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
     if reevaluate and path is not None:
         from tune_runner.results.robust import winner_best
 
@@ -43,6 +51,26 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
         if verdict.decided:
             chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
     return best_result(spec, chosen, experiment=name, path=path, verdict=verdict, tracked=tracked)
+
+
+def _saved_verdict(path: Path, spec: Any, loaded: Any) -> Any:
+    """The search's own re-evaluation verdict (reevaluation.json in its folder) when it decided and its winner
+    is one of the loaded trials; else None. A damaged file is a UserError naming it and the fix."""
+    from tune_runner import files
+    from tune_runner.paths import REEVALUATION_FILE
+    from tune_runner.results import robust
+
+    saved = path / REEVALUATION_FILE
+    if not saved.is_file():
+        return None
+    fix = f"delete it, or run tune-rl best {path.name} --reevaluate K again"
+    data = files.read_json_mapping(saved, expected="the saved re-evaluation (a JSON object)", fix=fix)
+    try:
+        verdict = robust.load_verdict(data, budget=spec.budget_env_steps)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{saved}: not a saved re-evaluation ({type(exc).__name__}: {exc}); {fix}") from None
+    ids = {t.trial_id for t in loaded.trials}
+    return verdict if verdict is not None and verdict.decided and verdict.winner.candidate.trial_id in ids else None
 
 
 def _tracked_search(experiment: str, *, storage: Any, mlflow_uri: str | None, metric: str | None,

@@ -31,6 +31,13 @@ class BestResult:
     _best: Any = field(default=None, repr=False, compare=False)
     _origin: Mapping[str, str] | None = field(default=None, repr=False, compare=False)  # the bundle's MLflow source
 
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The names of the searched hyperparameters, as the search's summary shows them (every key of the config
+        when the search searched none, or its space is not known)."""
+        names = tuple(getattr(self._spec, "searched", ()) or ())
+        return tuple(k for k in names if k in self.config) or tuple(self.config)
+
     def export(self, path: str | Path) -> Path:
         """Write the best-config bundle to `path` (what `tune-rl best --export` writes); the path written."""
         from tune_runner.results import export

@@ -130,7 +130,7 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     else:
         print(f"best       {best.trial_id}  {best.metric} {fmt_value(best.value)} ({best.scope}, {best.mode})",
               file=out)
-        print(f"config     {fmt_config(dict(best.config), tuple(best.config))}", file=out)
+        print(f"config     {fmt_config(dict(best.config), best.searched)}", file=out)  # --json: the whole config
     if args.export:
         print(f"exported   {best.export(args.export)}", file=shown)
     return ExitStatus.OK

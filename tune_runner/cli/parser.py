@@ -252,7 +252,8 @@ def _best_parser(sub: Any) -> None:
                                           "runs:/<parent run id> of a search in MLflow (see --mlflow-uri)")
     best.add_argument("--metric", help="metric to rank by (default: the space's metric)")
     best.add_argument("--mode", choices=("max", "min"), help="max or min (default: the space's mode)")
-    best.add_argument("--scope", default="last", help="last | max | avg-last-N (default: last)")
+    best.add_argument("--scope", help="last | max | avg-last-N (default: the re-evaluation's winner where the search "
+                                      "ran one, as it exported; else last)")
     best.add_argument("--export", type=Path, metavar="FILE", help="write the best config bundle to FILE (YAML)")
     best.add_argument("--json", action="store_true", help="print the best config as JSON on stdout")
     best.add_argument("--storage", type=_storage, help=STORAGE_HELP)

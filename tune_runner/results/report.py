@@ -39,7 +39,8 @@ def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
             "stop_at": target.value if target else None, "lines": describe(verdict, metric=metric), "ranking": []}
     for e in verdict.ranked:
         row = {"trial_id": e.candidate.trial_id, "config": e.candidate.config, "search_score": e.candidate.search_score,
-               "seeds": list(e.seeds), "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci)}
+               "seeds": list(e.seeds), "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci),
+               "trial_paths": [None if t is None else str(t) for t in e.trial_paths]}
         if target is not None:
             row.update(summary=headline(e, target), solved=list(e.solved), steps=list(e.steps),
                        steps_iqm=e.steps_iqm, steps_ci=list(e.steps_ci), search_steps=e.candidate.search_steps)

@@ -165,6 +165,28 @@ def policy_trial(evaluated: Evaluated, *, mode: str) -> str | None:
     return evaluated.trial_paths[pick(range(len(evaluated.returns)), key=lambda i: evaluated.returns[i])]
 
 
+def load_verdict(data: Any, *, budget: int) -> Verdict | None:
+    """A verdict as results.report.save_verdict saved it (reevaluation.json), or None when it ranks nothing;
+    `budget` is the search's env-step budget (the target's). KeyError, TypeError or ValueError where the data
+    is not such a verdict. A file saved before it held trial_paths gives no re-evaluation policy."""
+    nan = math.nan
+
+    def number(value: Any) -> float:
+        return nan if value is None else float(value)
+
+    rows = data["ranking"]
+    ranked = tuple(Evaluated(
+        Candidate(str(r["trial_id"]), dict(r.get("config") or {}), number(r.get("search_score")),
+                  None if r.get("search_steps") is None else int(r["search_steps"])),
+        tuple(int(s) for s in r["seeds"]), tuple(number(v) for v in r["returns"]), number(r["iqm"]),
+        tuple(number(v) for v in r["ci"]), solved=tuple(bool(v) for v in r.get("solved", ())),
+        steps=tuple(int(v) for v in r.get("steps", ())), steps_iqm=number(r.get("steps_iqm")),
+        steps_ci=tuple(number(v) for v in r.get("steps_ci", (None, None))),
+        trial_paths=tuple(r.get("trial_paths", ()))) for r in rows)
+    target = None if data.get("stop_at") is None else Target(float(data["stop_at"]), int(budget))
+    return Verdict(ranked, bool(data.get("clear_winner")), target) if ranked else None
+
+
 def winner_best(loaded: Any, verdict: Verdict, *, metric: str, mode: str) -> Any:
     """The best to export after a re-evaluation: the winner's search trial and config, valued at its IQM, with
     the policy (trial_path) of its best re-evaluation seed where that trial left a checkpoint. The search trial
