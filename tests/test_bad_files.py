@@ -35,7 +35,7 @@ GOOD_PLUGIN = "SETTINGS = dict(size=3, speed=1.5, name='grid', wrap=True)  # a p
 GOOD_TASK = "def task(result, env, ctx):\n    return min(result.get('env_steps', 0) // 1000, 3)\n"
 GOOD_PARAMS = '{"env": "CartPole-v1", "env_config": {}, "lr": 0.001}\n'
 GOOD_STATE = '{"trial_data": [], "runner_data": {}}'
-GOOD_REEVALUATION = '{"metric": "episode_return_mean", "winner": "a", "ranked": []}'
+GOOD_REEVALUATION = '{"metric": "episode_return_mean", "clear_winner": false, "stop_at": null, "ranking": []}'
 STATE_FILE = "experiment_state-2026-01-01_00-00-00.json"
 GOOD_FINISHED = '{"status": "finished", "counts": {"done": 2}}'
 
@@ -164,7 +164,7 @@ KINDS = {kind.name: kind for kind in (
          (lambda lay: ["best", "exp"], lambda lay: ["report", "exp"]),
          lambda lay: __import__("tune_runner.results.analysis", fromlist=["x"]).load(lay.checkpoint)),
     Kind("reevaluation", ".json", _in_search("reevaluation.json"), _text(GOOD_REEVALUATION),
-         (lambda lay: ["report", "exp"],),
+         (lambda lay: ["report", "exp"], lambda lay: ["best", "exp"]),
          lambda lay: __import__("tune_runner.files", fromlist=["x"]).read_json_mapping(lay.target, expected="")),
     Kind("params", ".json", _in_trial("params.json"), _text(GOOD_PARAMS),
          (lambda lay: ["evaluate", str(lay.checkpoint)], lambda lay: ["evaluate", str(lay.checkpoint.parent)]),

@@ -37,8 +37,8 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
         spec, loaded, name = _saved_spec(path), analysis.read(path), path.name  # Tune's files, without Ray
     else:
         path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
+    verdict = _saved_verdict(path, spec, loaded) if own_pick and path is not None else None  # a damaged one first
     chosen, judged = analysis.select(spec, loaded, metric=metric, mode=mode, scope=scope)
-    verdict = _saved_verdict(path, spec, loaded) if own_pick and path is not None else None
     if verdict is not None:
         from tune_runner.results.robust import winner_best
 
@@ -56,19 +56,17 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
 def _saved_verdict(path: Path, spec: Any, loaded: Any) -> Any:
     """The search's own re-evaluation verdict (reevaluation.json in its folder) when it decided and its winner
     is one of the loaded trials; else None. A damaged file is a UserError naming it and the fix."""
-    from tune_runner import files
     from tune_runner.paths import REEVALUATION_FILE
-    from tune_runner.results import robust
+    from tune_runner.results import report, robust
 
-    saved = path / REEVALUATION_FILE
-    if not saved.is_file():
+    data = report.read_verdict(path)
+    if data is None:
         return None
-    fix = f"delete it, or run tune-rl best {path.name} --reevaluate K again"
-    data = files.read_json_mapping(saved, expected="the saved re-evaluation (a JSON object)", fix=fix)
     try:
         verdict = robust.load_verdict(data, budget=spec.budget_env_steps)
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{saved}: not a saved re-evaluation ({type(exc).__name__}: {exc}); {fix}") from None
+        raise UserError(f"{path / REEVALUATION_FILE}: not a saved re-evaluation ({type(exc).__name__}: {exc}); "
+                        f"{report.verdict_fix(path)}") from None
     ids = {t.trial_id for t in loaded.trials}
     return verdict if verdict is not None and verdict.decided and verdict.winner.candidate.trial_id in ids else None
 

@@ -50,6 +50,23 @@ def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
     return path
 
 
+def read_verdict(folder: Path) -> dict[str, Any] | None:
+    """What save_verdict wrote in a search's folder (reevaluation.json), or None when it holds none; a file
+    that is no JSON object is a UserError naming it and the fix."""
+    from tune_runner import files
+
+    saved = folder / REEVALUATION_FILE
+    if not saved.exists():  # a folder or a FIFO there is read, and refused, as files.read_json_mapping refuses them
+        return None
+    return files.read_json_mapping(saved, expected="the saved re-evaluation (a JSON object)",
+                                   fix=verdict_fix(folder))
+
+
+def verdict_fix(folder: Path) -> str:
+    """How to mend a damaged reevaluation.json of the search in `folder`."""
+    return f"delete it, or run tune-rl best {folder.name} --reevaluate K again"
+
+
 def _figure(width: float = 9, height: float = 5.5) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -189,14 +206,10 @@ def importance_plot(scores: dict[str, float], *, path: Path) -> Path:
 
 def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> Path:
     """Render the report into `exp_path/report/`; the index.html path."""
-    from tune_runner import files
     from tune_runner.results import analysis as tune_analysis
 
     loaded = tune_analysis.read(exp_path)  # Tune's files, without importing Ray
-    saved = exp_path / REEVALUATION_FILE  # read before anything is written: a damaged one leaves no half report
-    reevaluation = files.read_json_mapping(saved, expected="the saved re-evaluation (a JSON object)",
-                                           fix="delete it, or run tune-rl best EXPERIMENT --reevaluate K again"
-                                           ) if saved.exists() else None
+    reevaluation = read_verdict(exp_path)  # read before anything is written: a damaged one leaves no half report
     folder = exp_path / FOLDER
     folder.mkdir(exist_ok=True)
     title = title or exp_path.name
@@ -212,7 +225,7 @@ def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> 
         importance_plot(scores, path=folder / "importances.png")
         figures.append("importances.png")
     if reevaluation is not None:
-        (folder / REEVALUATION_FILE).write_text(saved.read_text())
+        (folder / REEVALUATION_FILE).write_text((exp_path / REEVALUATION_FILE).read_text())
     page = _page(title, spec, table, figures, scores, reevaluation)
     index = folder / "index.html"
     index.write_text(page)
