@@ -126,19 +126,36 @@ def test_a_dqn_trial_of_two_seeds_reports_each_and_their_aggregate():
 
 
 def test_a_re_evaluation_line_counts_the_seeds_that_reached_stop_at_as_the_verdict_does():
-    """The aggregate of seeds 500, 379 and 482 ends below 475, yet each seed reached it at some result: the line
-    says 3/3 seeds solved, as the robust verdict will, not 'not solved' from the aggregate's last value."""
-    from tune_runner.search.reevaluate import _solved_said
+    """The aggregate of seeds 500, 379 and 482 ends below 475, yet each seed reached it at some result over a
+    full window of its episodes: the line says 3/3 seeds solved, as the robust verdict will, not 'not solved' from
+    the aggregate's last value; and a seed whose 480 came from its first 5 episodes has not solved."""
+    import io
+    from types import SimpleNamespace
+
+    from tune_runner.search.reevaluate import CANDIDATE_KEY, Candidate, _Progress, _solved_said
     from tune_runner.spec.experiment import load_spec
 
     spec = load_spec("ppo_small")
-    config = {SEEDS_KEY: 3, "seed": 1000}
+    config = {SEEDS_KEY: 3, "seed": 1000, CANDIDATE_KEY: 0}
+
+    def result(steps: int, *seeds: tuple[float, int]) -> dict:
+        out = {"env_steps": steps, "episode_return_mean": 0.0, "config": config}
+        for i, (value, episodes) in enumerate(seeds):
+            out.update({f"seed_{i}/episode_return_mean": value, f"seed_{i}/episodes": episodes})
+        return out
+
+    out = io.StringIO()
+    progress = _Progress([Candidate("t_00000", {}, 480.0)], spec, out)
+    trial = SimpleNamespace(trial_id="r0", config=config, last_result=None)
+    for each in (result(20_000, (500.0, 120), (480.0, 5), (300.0, 90)),    # seed 1: 480 over its first 5 episodes
+                 result(120_000, (500.0, 300), (470.0, 200), (476.0, 250)),
+                 result(250_000, (500.0, 600), (379.3, 500), (481.8, 520))):
+        progress.on_trial_result(0, [], trial, each)
+    trial.last_result = {**each, "episode_return_mean": 467.7}
+    progress.on_trial_complete(0, [], trial)
+    assert out.getvalue().endswith("episode_return_mean 467.7, 2/3 seeds solved in 250,000 env steps\n"), out.getvalue()
     last = {"episode_return_mean": 467.7, "env_steps": 250_000}
-    analysis = {f"seed_{i}/episode_return_mean": {"max": best, "last": end}
-                for i, (best, end) in enumerate([(500.0, 500.0), (480.0, 379.3), (476.0, 481.8)])}
-    assert _solved_said(config, last, analysis, spec) == ", 3/3 seeds solved in 250,000 env steps"
-    analysis["seed_1/episode_return_mean"]["max"] = 474.9
-    assert _solved_said(config, last, analysis, spec) == ", 2/3 seeds solved in 250,000 env steps"
-    assert _solved_said({"seed": 1000}, last, {}, spec) == ", not solved in 250,000 env steps"
-    assert _solved_said({"seed": 1000}, {**last, "episode_return_mean": 480.0, "env_steps": 99_000}, {}, spec) == \
+    assert _solved_said(config, last, {0, 1, 2}, spec) == ", 3/3 seeds solved in 250,000 env steps"
+    assert _solved_said({"seed": 1000}, last, set(), spec) == ", not solved in 250,000 env steps"
+    assert _solved_said({"seed": 1000}, {**last, "episode_return_mean": 480.0, "env_steps": 99_000}, set(), spec) == \
         ", solved at 99,000 env steps"

@@ -198,14 +198,20 @@ def _progress_class() -> type:
     class Progress(Callback):
         def __init__(self, picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> None:
             self.picks, self.spec, self.out = picks, spec, out
+            self.reached: dict[str, set[int]] = {}  # per trial, the seeds that reached stop_at at some result
 
         def __getstate__(self) -> dict:
-            return {"picks": self.picks, "spec": self.spec, "out": None}
+            return {"picks": self.picks, "spec": self.spec, "out": None, "reached": self.reached}
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            from tune_runner.search.stopper import seeds_reached
+
+            self.reached.setdefault(trial.trial_id, set()).update(seeds_reached(self.spec, result))
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             index, last = int(trial.config[CANDIDATE_KEY]), trial.last_result or {}
             value = last.get(self.spec.metric, math.nan)
-            solved = _solved_said(trial.config, last, trial.metric_analysis, self.spec)
+            solved = _solved_said(trial.config, last, self.reached.get(trial.trial_id, set()), self.spec)
             if self.out is not None:
                 print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, last, self.spec)}: "
                       f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
@@ -233,22 +239,19 @@ def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSp
     return f"{seeds} ({values}; {spec.seed_aggregate})" if values else seeds
 
 
-def _solved_said(config: dict[str, Any], last: dict[str, Any], analysis: dict[str, dict], spec: ExperimentSpec) -> str:
+def _solved_said(config: dict[str, Any], last: dict[str, Any], reached: set[int], spec: ExperimentSpec) -> str:
     """How a finished re-evaluation trial did against stop_at, as the robust verdict counts it: a one-seed trial
     solved at its last result (the stopper ends it there); a trial of K seeds by how many seeds reached stop_at
-    at some result (each seed's best value in Tune's metric_analysis), not by its aggregate's last value."""
-    from tune_runner.spec.seeds import seed_key
-
+    at some result over a full window of their own episodes (`reached`: their indices, gathered from every
+    result as EverySeedStopper gathers them), not by its aggregate's last value nor a seed's best value, which
+    may have come from its first few episodes."""
     if spec.stop_at is None:
         return ""
     steps, k = int(last.get("env_steps", 0)), int(config.get(reserved.SEEDS_KEY, 1))
     if k == 1:
         return f", solved at {steps:,} env steps" if spec.reached(last) \
             else f", not solved in {spec.budget_env_steps:,} env steps"
-    best = "max" if spec.mode == "max" else "min"
-    solved = sum(spec.reached({spec.metric: analysis.get(seed_key(i, spec.metric), {}).get(best, math.nan)})
-                 for i in range(k))
-    return f", {solved}/{k} seeds solved in {steps:,} env steps"
+    return f", {len(reached)}/{k} seeds solved in {steps:,} env steps"
 
 
 def _Progress(picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> Any:  # noqa: N802 - a class factory

@@ -38,16 +38,18 @@ class EverySeedStopper(BudgetStopper):
 
         if int(result.get("env_steps", 0)) >= self.spec.budget_env_steps:
             return True
-        values, episodes = per_seed(result, self.spec.metric), per_seed(result, "episodes")
+        values = per_seed(result, self.spec.metric)
         done = self.reached.setdefault(trial_id, set())
-        done.update(i for i, v in enumerate(values)
-                    if self.spec.reached({**seed_counts(result, episodes, i), self.spec.metric: v}))
+        done.update(seeds_reached(self.spec, result))
         return bool(values) and len(done) == len(values)
 
 
-def seed_counts(result: dict, episodes: list, index: int) -> dict:
-    """What spec.reached reads besides the value for seed `index`: its own episodes, and the trial's config."""
-    counts = {"config": result.get("config") or {}}
-    if index < len(episodes):
-        counts["episodes"] = episodes[index]
-    return counts
+def seeds_reached(spec: ExperimentSpec, result: dict) -> set[int]:
+    """The seeds of a K-seed result whose own value reached stop_at, each over its own episodes (spec.reached)."""
+    from tune_runner.spec.seeds import per_seed
+
+    values, episodes = per_seed(result, spec.metric), per_seed(result, "episodes")
+    config = result.get("config") or {}
+    return {i for i, value in enumerate(values)
+            if spec.reached({"config": config, **({"episodes": episodes[i]} if i < len(episodes) else {}),
+                             spec.metric: value})}
