@@ -147,7 +147,8 @@ def search_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) ->
     parser.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
     parser.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
     parser.add_argument("--seeds-per-trial", type=int, metavar="K",
-                        help="train K seeds of each config in one trial, judged by their aggregate (ppo; default 1)")
+                        help="train K seeds of each config in one trial, judged by their aggregate (our ppo and "
+                             "dqn, and agents that declare it; default 1)")
     parser.add_argument("--seed-aggregate", metavar="HOW",
                         help="how a trial's seeds are summed up: iqm (default), mean, median, min")
     parser.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
