@@ -79,6 +79,12 @@ def test_bad_space_file(path, cli, untouched):
     (["train", "--env", "Pendulum-v1"],
      ["unrecognized arguments: --env Pendulum-v1; did you mean --env_name? (see tune-rl train --help)"]),
     (["search", "--space", "ppo_small", "--mlflow_uri", "x"], ["--mlflow_uri x; did you mean --mlflow-uri?"]),
+    # Box-action settings on another action space would change nothing: ppo_pendulum's gSDE and log_std_init
+    (["search", "--space", "ppo_pendulum", "--set", "env=CartPole-v1"],
+     ["ppo_pendulum.yaml: space.log_std_init, fixed.use_sde: True, fixed.sde_sample_freq: 4: act on Box actions "
+      "only, and CartPole-v1's actions are Discrete(2), so they would change nothing; drop them from the space "
+      "(tune-rl spaces show ppo_pendulum > my_space.yaml gives a copy to edit), or choose an env with Box actions"]),
+    (["search", "--space", "ppo_small", "--set", "log_std_init=-1"], ["fixed.log_std_init: -1: act on Box actions"]),
     (["search", "--space", "ppo_small", "--trainable", "dqn"],
      ["--trainable dqn; a setting goes with --set trainable=VALUE (see tune-rl search --help)"]),
     (["search", "--space", "ppo_small", "--lr", "0.1"], ["--lr 0.1; a setting goes with --set lr=VALUE"]),

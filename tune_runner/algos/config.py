@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 Config = TypeVar("Config")
 MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
+BOX_ONLY = ("log_std_init", "use_sde", "sde_sample_freq")  # PPOConfig's settings that act on Box actions alone
 MASK_KEYS = frozenset({"observations", "action_mask"})
 
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,

@@ -45,9 +45,35 @@ def check_env(spec: ExperimentSpec, trainable: Backend) -> None:
             spaces = env_spaces(spec.env, env_config)
         except Exception as exc:  # noqa: BLE001 - the user's env code: any failure is a bad env or env_config
             raise UserError(_build_problem(spec, corner or _culprit(spec), env_config, exc)) from None
-        problem = None if spaces is None else space_problem(spec.trainable, spec.env, needs, spaces)
+        problem = None if spaces is None else (space_problem(spec.trainable, spec.env, needs, spaces)
+                                               or idle_settings(spec, spaces))
         if problem:
             raise UserError(f"{spec.source}: {problem}" if corner is None else f"{spec.source}: {corner}: {problem}")
+
+
+def idle_settings(spec: ExperimentSpec, spaces: Spaces) -> str | None:
+    """Our ppo's Box-action settings (algos.config.BOX_ONLY) searched, or fixed away from their defaults, for an
+    env whose actions are not a Box: they would change nothing (ppo_pendulum moved to CartPole searched
+    log_std_init, a dimension with no effect on any trial). One line naming them and the action space."""
+    from gymnasium import spaces as gym_spaces
+
+    from tune_runner.algos.config import BOX_ONLY, PPOConfig
+
+    if spec.trainable != "ppo" or isinstance(spaces.action, gym_spaces.Box):
+        return None
+    searched = [key for key in BOX_ONLY if key in spec.searched]
+    fixed = [key for key in BOX_ONLY if key in spec.fixed and spec.fixed[key] != getattr(PPOConfig, key)]
+    if not searched and not fixed:
+        return None
+    from pathlib import Path
+
+    from tune_runner.spec.experiment import shipped_spaces
+
+    named = ", ".join([f"space.{key}" for key in searched] + [f"fixed.{key}: {spec.fixed[key]!r}" for key in fixed])
+    copy = f" (tune-rl spaces show {spec.name} > my_space.yaml gives a copy to edit)" \
+        if Path(spec.source) in set(shipped_spaces().values()) else ""
+    return (f"{named}: act on Box actions only, and {spec.env}'s actions are {spaces.action}, so they would change "
+            f"nothing; drop them from the space{copy}, or choose an env with Box actions")
 
 
 @dataclass(frozen=True)
