@@ -51,6 +51,35 @@ def test_best_from_mlflow_picks_what_the_folder_picks(flags, trial, cli, logged)
     assert rest == folder.out.splitlines()  # the same trial, value, scope and config, shown the same
 
 
+def test_a_search_that_reevaluated_gives_its_winner_from_the_folder_and_from_mlflow_alike(cli, tmp_path):
+    """Without --scope, --metric or --mode, the search's own pick, read from its folder (reevaluation.json) and
+    from its parent run (report/reevaluation.json, logged with its report): the same trial, value and scope."""
+    from tune_runner.results import report, robust
+
+    folder = tmp_path / "results" / "hand-search"
+    folder.mkdir(parents=True)
+    spec = hand_spec()
+    write_search_folder(folder, spec)
+    runs = {"h_00001": (480.0, 490.0, 500.0), "h_00003": (300.0, 310.0, 320.0)}
+    verdict = robust.rank([robust.summarise(robust.Candidate(trial, {}, 1.0),
+                                            [robust.SeedRun(1000 + i, v, None) for i, v in enumerate(values)],
+                                            target=None) for trial, values in runs.items()], mode="max")
+    report.save_verdict(verdict, folder, metric=spec.metric)
+    here = SimpleNamespace(folder=folder, uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    here.parent = log_folder_search(here.uri, folder, spec)
+    from tune_runner.tracking.parent import log_report  # as the search's end logs its report, the verdict in it
+
+    shown = tmp_path / "report"  # the report's own plots and pages left out: only the verdict is read back
+    shown.mkdir()
+    shutil.copy(folder / "reevaluation.json", shown)
+    assert log_report(here.uri, spec.name, folder, shown, search_id="cd" * 16) == here.parent
+    mine, tracked = both(cli, here)
+    assert mine.out.startswith("best       h_00001  episode_return_mean 490 (reevaluated IQM, max)"), mine.out
+    assert tracked.out.splitlines()[1:] == mine.out.splitlines()
+    scoped = cli("best", f"runs:/{here.parent}", "--mlflow-uri", here.uri, "--scope", "last")
+    assert "best       h_00003 " in scoped.out  # asked for a scope: the last results pick
+
+
 def test_json_config_is_typed_back_as_the_trial_had_it(cli, logged, untouched):
     store = logged.root / "mlflow.db"
     before = (store.stat().st_mtime_ns, store.stat().st_size)

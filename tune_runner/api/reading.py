@@ -37,7 +37,7 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
         spec, loaded, name = _saved_spec(path), analysis.read(path), path.name  # Tune's files, without Ray
     else:
         path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
-    verdict = _saved_verdict(path, spec, loaded) if own_pick and path is not None else None  # a damaged one first
+    verdict = _saved_verdict(path, spec, loaded, tracked) if own_pick else None  # a damaged one first
     chosen, judged = analysis.select(spec, loaded, metric=metric, mode=mode, scope=scope)
     if verdict is not None:
         from tune_runner.results.robust import winner_best
@@ -53,20 +53,24 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
     return best_result(spec, chosen, experiment=name, path=path, verdict=verdict, tracked=tracked)
 
 
-def _saved_verdict(path: Path, spec: Any, loaded: Any) -> Any:
-    """The search's own re-evaluation verdict (reevaluation.json in its folder) when it decided and its winner
-    is one of the loaded trials; else None. A damaged file is a UserError naming it and the fix."""
-    from tune_runner.paths import REEVALUATION_FILE
+def _saved_verdict(path: Path | None, spec: Any, loaded: Any, tracked: Any) -> Any:
+    """The search's own re-evaluation verdict (reevaluation.json in its folder, or as its report logged it to
+    MLflow) when it decided and its winner is one of the loaded trials; else None. A damaged file is a
+    UserError naming it and the fix."""
+    from tune_runner.paths import REEVALUATION_FILE, REPORT_FOLDER
     from tune_runner.results import report, robust
 
-    data = report.read_verdict(path)
+    if tracked is not None:
+        data, where = tracked.verdict, f"{tracked.reference}/{REPORT_FOLDER}/{REEVALUATION_FILE}"
+        fix = "read the search from its folder, or give --scope"
+    else:
+        data, where, fix = report.read_verdict(path), path / REEVALUATION_FILE, report.verdict_fix(path)
     if data is None:
         return None
     try:
         verdict = robust.load_verdict(data, budget=spec.budget_env_steps)
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{path / REEVALUATION_FILE}: not a saved re-evaluation ({type(exc).__name__}: {exc}); "
-                        f"{report.verdict_fix(path)}") from None
+        raise UserError(f"{where}: not a saved re-evaluation ({type(exc).__name__}: {exc}); {fix}") from None
     ids = {t.trial_id for t in loaded.trials}
     return verdict if verdict is not None and verdict.decided and verdict.winner.candidate.trial_id in ids else None
 

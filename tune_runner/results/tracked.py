@@ -51,6 +51,8 @@ class TrackedSearch:
     experiment_path: str
     spec: ExperimentSpec
     results: TrackedResults
+    verdict: dict | None = None
+    """The search's re-evaluation verdict as its report logged it (report/reevaluation.json), if it ran one."""
 
     @property
     def reference(self) -> str:
@@ -83,7 +85,7 @@ def read(ref: str, *, uri: str, metric: str | None = None) -> TrackedSearch:
     trials = _trials(client, run, spec, metric or spec.metric, shown)
     return TrackedSearch(uri=uri, run_id=run.info.run_id, name=run.info.run_name or run.info.run_id,
                          experiment_path=run.data.tags.get("tune_rl.experiment_path", ""), spec=spec,
-                         results=trials)
+                         results=trials, verdict=_verdict(client, run, shown))
 
 
 def check_store(uri: str) -> None:
@@ -210,6 +212,27 @@ def _spec(client: Any, run: Any, shown: str) -> ExperimentSpec:
         local = Path(client.download_artifacts(run.info.run_id, SPEC_FILE, tmp))
         return read_logged_spec(local, where=f"{shown}/{SPEC_FILE}",
                                 fix=f"tune-rl search logged it; read the search from its folder: {_folder_hint(run)}")
+
+
+def _verdict(client: Any, run: Any, shown: str) -> dict | None:
+    """The re-evaluation verdict the search's report logged (report/reevaluation.json), or None."""
+    import json
+
+    from tune_runner.paths import REEVALUATION_FILE, REPORT_FOLDER
+
+    path = f"{REPORT_FOLDER}/{REEVALUATION_FILE}"
+    if path not in {a.path for a in client.list_artifacts(run.info.run_id, REPORT_FOLDER)}:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tune-rl-verdict-") as tmp:
+        text = Path(client.download_artifacts(run.info.run_id, path, tmp)).read_text(errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        data = exc
+    if not isinstance(data, dict):
+        raise UserError(f"{shown}/{path}: not the saved re-evaluation (a JSON object); read the search from its "
+                        f"folder ({_folder_hint(run)}), or give --scope")
+    return data
 
 
 def _refuse_population(spec: ExperimentSpec, run: Any, shown: str) -> None:
