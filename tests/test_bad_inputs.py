@@ -231,6 +231,9 @@ def test_bad_space_file(path, cli, untouched):
     (["evaluate", "ckpt", "--video", "out.mp4", "--render", "human"],
      ["--video out.mp4: writes rgb_array frames, not --render human; drop --render human"]),
     (["evaluate", "ckpt", "--render", "rgb_array"], ["--render rgb_array: the frames go nowhere; add --video"]),
+    (["evaluate", "ckpt", "--epsilon", "1.5"], ["--epsilon 1.5: the share of random actions, from 0 (greedy, the "
+                                                "default) to 1"]),
+    (["evaluate", "ckpt", "--epsilon", "nan"], ["--epsilon nan: the share of random actions"]),
     (["evaluate", "ckpt", "--render", "ascii"], ["--render ascii: expected one of rgb_array, human"]),
     (["evaluate", "ckpt", "--render", "rgb_array", "--video", "/no/such/folder/out.mp4"],
      ["--video /no/such/folder/out.mp4: "]),

@@ -162,7 +162,22 @@ def test_masked_actions_are_never_chosen(name, tmp_path):
     np.testing.assert_array_equal(policy.compute_actions(several), learner.compute_actions(several))
     result = evaluation.evaluate(policy, episodes=3, seed=0)  # MaskedEnv raises on a forbidden action
     assert result.lengths == (7, 7, 7)
+    randomly = evaluation.evaluate(policy, episodes=3, seed=0, epsilon=1.0)  # every action random, none masked
+    assert randomly.lengths == (7, 7, 7)
     learner.close()
+
+
+def test_epsilon_takes_seeded_random_actions_that_repeat(trained):
+    """evaluate --epsilon: a random action with that probability, from each episode's own generator, so the
+    same seed gives the same episodes; 0 is the greedy run itself, 1 a uniformly random policy."""
+    policy = load_policy(trained.checkpoint)
+    greedy = evaluation.evaluate(policy, episodes=8, seed=0)
+    assert evaluation.evaluate(policy, episodes=8, seed=0, epsilon=0.0) == greedy
+    noisy = evaluation.evaluate(policy, episodes=8, seed=0, epsilon=0.5)
+    assert noisy == evaluation.evaluate(policy, episodes=8, seed=0, epsilon=0.5) and noisy != greedy
+    random = evaluation.evaluate(policy, episodes=20, seed=0, epsilon=1.0)
+    assert 10 < random.mean_length < 40  # CartPole under a random policy: about 22 steps
+    assert "(seeds 0-7, epsilon 0.5)" in evaluation.summary(noisy, env_id="CartPole-v1", seed=0, epsilon=0.5)
 
 
 # ---- RLlib's checkpoints: the RLModule part, laid out as Learner.save_to_path lays it out ---------------

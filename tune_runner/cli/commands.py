@@ -162,7 +162,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_evaluate(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.results import evaluate
 
-    options = {"episodes": args.episodes, "seed": args.seed, "render": args.render, "video": args.video}
+    options = {"episodes": args.episodes, "seed": args.seed, "render": args.render, "video": args.video,
+               "epsilon": args.epsilon}
     evaluate.check_options(**options)  # before loading: RLlib's import alone takes seconds
     import torch
 
@@ -170,7 +171,8 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO) -> int:
     policy = api.load_policy(args.path)
     print(f"policy     {policy.kind}  {policy.checkpoint}", file=out)
     result = evaluate.evaluate(policy, **options, progress=out)
-    print(f"evaluate   {evaluate.summary(result, env_id=policy.env_id, seed=args.seed)}", file=out)
+    print(f"evaluate   {evaluate.summary(result, env_id=policy.env_id, seed=args.seed, epsilon=args.epsilon)}",
+          file=out)
     if result.video is not None:
         print(f"video      {result.video}  ({result.frames} frames)", file=out)
     return ExitStatus.OK

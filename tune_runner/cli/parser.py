@@ -310,6 +310,8 @@ def _evaluate_parser(sub: Any) -> None:
     ev.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default 10)")
     ev.add_argument("--seed", type=int, default=0, metavar="S", help="episode i resets the env with seed S+i "
                                                                       "(default 0)")
+    ev.add_argument("--epsilon", type=float, default=0.0, metavar="E",
+                    help="take a random action with probability E at each step (default 0: greedy)")
     ev.add_argument("--render", metavar="MODE", help="rgb_array (frames for --video) or human (a window)")
     ev.add_argument("--video", type=Path, metavar="FILE",
                     help="write every frame to FILE (.mp4), rendered as rgb_array; needs tune-rl[video]")

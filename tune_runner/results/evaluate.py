@@ -43,8 +43,11 @@ class Evaluation:
         return float(np.mean(self.lengths))
 
 
-def check_options(*, episodes: int, seed: int, render: str | None, video: Path | None) -> None:
+def check_options(*, episodes: int, seed: int, render: str | None, video: Path | None,
+                  epsilon: float = 0.0) -> None:
     """The CLI's flags, checked before anything loads: one line naming the flag, the value and the fix."""
+    if not 0.0 <= epsilon <= 1.0:  # NaN too
+        raise UserError(f"--epsilon {epsilon}: the share of random actions, from 0 (greedy, the default) to 1")
     if episodes < 1:
         raise UserError(f"--episodes {episodes}: must be a positive integer")
     if seed < 0:
@@ -67,12 +70,15 @@ def render_mode(render: str | None, video: Path | None) -> str | None:
 
 
 def evaluate(policy: Any, *, episodes: int, seed: int = 0, render: str | None = None, video: Path | None = None,
-             progress: TextIO | None = None) -> Evaluation:
+             epsilon: float = 0.0, progress: TextIO | None = None) -> Evaluation:
     """Run `episodes` episodes of `policy` (a tune_runner.results.policy.Policy) in its env; returns and lengths.
 
+    With `epsilon`, each step takes a random action (one the env allows) with that probability, drawn from
+    the episode's own generator (seed + i), so a run repeats: a greedy policy can loop where training's own
+    exploration broke the loop (a DQN on Acrobot: -500 greedy, about -150 with epsilon 0.01).
     `progress` gets a line now and then when the evaluation takes long.
     """
-    check_options(episodes=episodes, seed=seed, render=render, video=video)
+    check_options(episodes=episodes, seed=seed, render=render, video=video, epsilon=epsilon)
     render = render_mode(render, video)
     env = make_env(policy.env_id, env_config=policy.env_config, render=render)
     recorder = None
@@ -80,7 +86,7 @@ def evaluate(policy: Any, *, episodes: int, seed: int = 0, render: str | None = 
         if video is not None:
             recorder = Recorder(video, fps=env.metadata.get("render_fps") or 30)
         returns, lengths = run_episodes(env, policy, episodes=episodes, seed=seed, recorder=recorder,
-                                        progress=progress)
+                                        progress=progress, epsilon=epsilon)
     except BaseException:
         if recorder is not None:
             recorder.close(keep=False)  # nothing half-written
@@ -94,12 +100,12 @@ def evaluate(policy: Any, *, episodes: int, seed: int = 0, render: str | None = 
 
 
 def run_episodes(env: Any, policy: Any, *, episodes: int, seed: int, recorder: Recorder | None,
-                 progress: TextIO | None) -> tuple[list[float], list[int]]:
+                 progress: TextIO | None, epsilon: float = 0.0) -> tuple[list[float], list[int]]:
     """Episode i from reset(seed + i); (returns, lengths)."""
     returns, lengths = [], []
     started = shown = time.monotonic()
     for i in range(episodes):
-        total, steps = run_episode(env, policy, seed=seed + i, recorder=recorder)
+        total, steps = run_episode(env, policy, seed=seed + i, recorder=recorder, epsilon=epsilon)
         returns.append(total)
         lengths.append(steps)
         if progress is not None and time.monotonic() - shown >= PROGRESS_EVERY_S and i + 1 < episodes:
@@ -108,18 +114,41 @@ def run_episodes(env: Any, policy: Any, *, episodes: int, seed: int, recorder: R
     return returns, lengths
 
 
-def run_episode(env: Any, policy: Any, *, seed: int, recorder: Recorder | None) -> tuple[float, int]:
+def run_episode(env: Any, policy: Any, *, seed: int, recorder: Recorder | None,
+                epsilon: float = 0.0) -> tuple[float, int]:
     """One episode from reset(seed) to termination or truncation: (return, length)."""
     obs, _ = env.reset(seed=seed)
     total, steps, done = 0.0, 0, False
+    explore = np.random.default_rng(seed) if epsilon > 0 else None
     if recorder is not None:
         recorder.add(env.render())
     while not done:
-        obs, reward, terminated, truncated, _ = env.step(policy.compute_single_action(obs))
+        if explore is not None and explore.random() < epsilon:
+            action = random_action(env.action_space, obs, explore)
+        else:
+            action = policy.compute_single_action(obs)
+        obs, reward, terminated, truncated, _ = env.step(action)
         total, steps, done = total + float(reward), steps + 1, bool(terminated or truncated)
         if recorder is not None:
             recorder.add(env.render())
     return total, steps
+
+
+def random_action(space: Any, obs: Any, rng: np.random.Generator) -> Any:
+    """A uniformly random action of `space` from `rng`, among those an `action_mask` in the observation allows."""
+    import gymnasium as gym
+
+    mask = obs.get("action_mask") if isinstance(obs, dict) else None
+    if isinstance(space, gym.spaces.Discrete):
+        allowed = np.flatnonzero(np.asarray(mask, dtype=bool)) if mask is not None else np.arange(space.n)
+        return space.start + int(rng.choice(allowed))
+    if mask is not None:
+        raise UserError(f"--epsilon: random actions under an action_mask need a Discrete action space, not {space}; "
+                        f"evaluate this policy greedily (drop --epsilon)")
+    if isinstance(space, gym.spaces.Box):
+        return rng.uniform(space.low, space.high).astype(space.dtype)
+    space.seed(int(rng.integers(2**31)))  # MultiDiscrete, MultiBinary: the space's own draw, seeded from ours
+    return space.sample()
 
 
 def make_env(env_id: str, *, env_config: dict[str, Any], render: str | None) -> Any:
@@ -178,9 +207,10 @@ def _video_module(path: Path) -> Any:
     return imageio
 
 
-def summary(result: Evaluation, *, env_id: str, seed: int) -> str:
+def summary(result: Evaluation, *, env_id: str, seed: int, epsilon: float = 0.0) -> str:
     """One line: env, episodes, mean ± std return, mean length."""
     count = len(result.returns)
     seeds = f"seed {seed}" if count == 1 else f"seeds {seed}-{seed + count - 1}"
+    seeds += f", epsilon {epsilon:g}" if epsilon else ""
     return (f"{env_id}  {count} episode{'s' if count > 1 else ''} ({seeds})  "
             f"return {result.mean:.1f} ± {result.std:.1f}  length {result.mean_length:.1f}")
