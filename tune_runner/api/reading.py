@@ -19,8 +19,9 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
     """The best trial of a search, as `tune-rl best`: `experiment` is a name under `storage`, a folder, or
     runs:/<parent run id> (or, with `mlflow_uri`, a name) of a search in MLflow. `scope` is last, max or
     avg-last-N; `reevaluate=K` re-trains the top K configs on `seeds` fresh seeds (progress to `out`) and picks
-    the best interquartile mean. With none of metric, mode, scope and reevaluate given, a folder whose search
-    re-evaluated its top configs gives that verdict's winner, the config the search exported; else scope last."""
+    the best interquartile mean. With none of metric, mode, scope and reevaluate given, a search that
+    re-evaluated its top configs (its folder, or its MLflow parent run) gives that verdict's winner, the config
+    the search exported; else scope last."""
     from tune_runner.results import analysis
 
     storage = storage_setting(storage)
