@@ -78,6 +78,14 @@ def test_a_search_that_reevaluated_gives_its_winner_from_the_folder_and_from_mlf
     assert tracked.out.splitlines()[1:] == mine.out.splitlines()
     scoped = cli("best", f"runs:/{here.parent}", "--mlflow-uri", here.uri, "--scope", "last")
     assert "best       h_00003 " in scoped.out  # asked for a scope: the last results pick
+    for damaged, why in (("[1, 2]", "not the saved re-evaluation (a JSON object)"),
+                         ('{"ranking": [{"trial_id": "h_00001"}]}', "not a saved re-evaluation (KeyError: 'seeds')")):
+        (shown / "reevaluation.json").write_text(damaged)  # logged again over the good one
+        log_report(here.uri, spec.name, folder, shown, search_id="cd" * 16)
+        refused = cli("best", f"runs:/{here.parent}", "--mlflow-uri", here.uri)
+        assert refused.status == 2 and refused.out == "", refused.out
+        assert refused.err.startswith(f"tune-rl: runs:/{here.parent}/report/reevaluation.json: {why}")
+        assert len(refused.err.splitlines()) == 1 and "--scope" in refused.err
 
 
 def test_json_config_is_typed_back_as_the_trial_had_it(cli, logged, untouched):
