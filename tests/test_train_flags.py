@@ -43,6 +43,31 @@ def test_set_budget_is_the_budget_as_for_search_not_a_learner_setting():
     assert spec.budget_env_steps == 3000
 
 
+BUNDLE = ("tune_rl_format: 1\ntrainable: dqn\nenv: Acrobot-v1\nenv_config: {}\nbudget: {env_steps: 40000}\n"
+          "stop_at: -100\nconfig: {lr: 0.002, n_step: 3}\n")
+
+
+def test_set_env_and_other_run_settings_change_the_run_not_the_learner_config(tmp_path):
+    """`train --config best.yaml --set env=CartPole-v1` once ran the bundle's Acrobot-v1 (the header said so)
+    with env: CartPole-v1 among the learner's settings and Acrobot's stop_at -100: env, env_config.X, stop_at,
+    metric and mode are the run's, as in search, and another env brings its own stop_at."""
+    bundle = tmp_path / "best.yaml"
+    bundle.write_text(BUNDLE)
+    _, spec, _ = spec_of(["train", "--config", str(bundle), "--set", "env=CartPole-v1", "--set", "lr=0.001"])
+    assert (spec.env, spec.stop_at, spec.fixed) == ("CartPole-v1", 475.0, {"lr": 0.001, "n_step": 3})
+    assert spec.stop_at_note.startswith("CartPole-v1's reward_threshold; the space's stop_at -100 was for Acrobot-v1")
+    _, spec, _ = spec_of(["train", "--config", str(bundle), "--env_name", "CartPole-v1", "--set", "stop_at=200",
+                          "--set", "env_config.sutton_barto_reward=true", "--set", "mode=max"])
+    assert (spec.env, spec.stop_at, spec.env_config) == ("CartPole-v1", 200.0, {"sutton_barto_reward": True})
+    assert "stop_at" not in spec.fixed and not any(k.startswith("env_config") for k in spec.fixed)
+    _, spec, _ = spec_of(["train", "--set", "env=Pendulum-v1", "--set", "stop_at=-300"])  # no --env_name needed
+    assert (spec.env, spec.stop_at, spec.fixed) == ("Pendulum-v1", -300.0, {})
+    with pytest.raises(UserError, match="--env_name CartPole-v1 and --set env=Acrobot-v1 disagree; give one of them"):
+        spec_of(["train", "--env_name", "CartPole-v1", "--set", "env=Acrobot-v1"])
+    with pytest.raises(UserError, match="--set mode=up: must be max or min"):
+        spec_of(["train", "--config", str(bundle), "--set", "mode=up"])
+
+
 def test_the_default_experiment_name_is_one_folder_name_for_namespaced_envs_and_agents():
     from tune_runner.paths import check_name
 

@@ -171,20 +171,66 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
     fixed = _fixed_from_flags(args, agent=agent, model=model)
     fixed.update(dict(parse_override(item) for item in args.overrides))
     budget = _budget(args, fixed)
+    top = _top_level_sets(fixed)  # --set env=, stop_at=, metric=, mode=, env_config.X=: the run's, not the learner's
+    env = _one_env(args.env_name, top.pop("env", None))
     if args.config:
         from pathlib import Path
 
         spec = export.load(Path(args.config), overrides=fixed)
-        changes = {k: v for k, v in (("env", args.env_name), ("trainable", args.agent_name and agent)) if v}
+        changes = {k: v for k, v in (("env", env), ("trainable", args.agent_name and agent)) if v}
+        changes.update(_run_settings(spec, top, env=env))
         return spec.with_overrides(**changes, budget_env_steps=budget or spec.budget_env_steps,
                                    plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
-    if not args.env_name:
+    if not env:
         raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
-    _check_names(agent=agent, env=args.env_name)
-    raw = {"trainable": agent, "env": args.env_name, "budget": {"env_steps": budget or DEFAULT_BUDGET},
-           "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins)}
+    _check_names(agent=agent, env=env)
+    raw = {"trainable": agent, "env": env, "budget": {"env_steps": budget or DEFAULT_BUDGET},
+           "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins),
+           **{k: v for k, v in top.items() if k != "env_config"},
+           **({"env_config": top["env_config"]} if "env_config" in top else {})}
     name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
     return build_spec(raw, name=name, source="tune-rl train")
+
+
+TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode")  # --set keys that are the run's settings (search's too)
+
+
+def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
+    """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
+    trial's config as learner settings): env, stop_at, metric, mode, and env_config.X as {"env_config": {...}}."""
+    top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
+    env_config = {key.removeprefix("env_config."): fixed.pop(key) for key in list(fixed)
+                  if key.startswith("env_config.")}
+    if env_config:
+        top["env_config"] = env_config
+    return top
+
+
+def _one_env(flag: str | None, setting: Any) -> str | None:
+    """The env of --env_name and --set env= (the same, or one of them)."""
+    if flag and setting is not None and str(setting) != flag:
+        raise UserError(f"--env_name {flag} and --set env={setting} disagree; give one of them")
+    return flag or (None if setting is None else str(setting))
+
+
+def _run_settings(spec: Any, top: dict[str, Any], *, env: str | None) -> dict[str, Any]:
+    """An exported bundle's spec changes for `--set` run settings: env_config merged, metric, mode, stop_at;
+    another env than the bundle's gets its own stop_at (spec.experiment.retarget_stop_at), as search does."""
+    from tune_runner.spec.experiment import number_setting, retarget_stop_at
+
+    changes: dict[str, Any] = {k: str(top[k]) for k in ("metric", "mode") if k in top}
+    if "mode" in changes and changes["mode"] not in ("max", "min"):
+        raise UserError(f"--set mode={changes['mode']}: must be max or min")
+    if "env_config" in top:
+        changes["env_config"] = {**spec.env_config, **top["env_config"]}
+    if "stop_at" in top:
+        changes["stop_at"] = number_setting(top, "stop_at", "--set")
+    elif env and env != spec.env:
+        raw = {"env": env, "stop_at": spec.stop_at, "metric": changes.get("metric", spec.metric),
+               "mode": changes.get("mode", spec.mode)}
+        note = retarget_stop_at(raw, (spec.env, spec.stop_at), set_keys={"env"})
+        changes.update(stop_at=raw["stop_at"], stop_at_note=note)
+    return changes
 
 
 def _budget(args: argparse.Namespace, fixed: dict[str, Any]) -> int | None:
