@@ -55,7 +55,7 @@ def test_set_env_and_other_run_settings_change_the_run_not_the_learner_config(tm
     bundle.write_text(BUNDLE)
     _, spec, _ = spec_of(["train", "--config", str(bundle), "--set", "env=CartPole-v1", "--set", "lr=0.001"])
     assert (spec.env, spec.stop_at, spec.fixed) == ("CartPole-v1", 475.0, {"lr": 0.001, "n_step": 3})
-    assert spec.stop_at_note.startswith("CartPole-v1's reward_threshold; the space's stop_at -100 was for Acrobot-v1")
+    assert spec.stop_at_note.startswith("CartPole-v1's reward_threshold; the bundle's stop_at -100 was for Acrobot-v1")
     _, spec, _ = spec_of(["train", "--config", str(bundle), "--env_name", "CartPole-v1", "--set", "stop_at=200",
                           "--set", "env_config.sutton_barto_reward=true", "--set", "mode=max"])
     assert (spec.env, spec.stop_at, spec.env_config) == ("CartPole-v1", 200.0, {"sutton_barto_reward": True})

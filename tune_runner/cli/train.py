@@ -228,7 +228,7 @@ def _run_settings(spec: Any, top: dict[str, Any], *, env: str | None) -> dict[st
     elif env and env != spec.env:
         raw = {"env": env, "stop_at": spec.stop_at, "metric": changes.get("metric", spec.metric),
                "mode": changes.get("mode", spec.mode)}
-        note = retarget_stop_at(raw, (spec.env, spec.stop_at), set_keys={"env"})
+        note = retarget_stop_at(raw, (spec.env, spec.stop_at), set_keys={"env"}, owner="bundle")
         changes.update(stop_at=raw["stop_at"], stop_at_note=note)
     return changes
 

@@ -197,7 +197,7 @@ def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
     return replace(spec, stop_at_note=note) if note else spec
 
 
-def retarget_stop_at(raw: dict, target: tuple[Any, Any], *, set_keys: set[str]) -> str:
+def retarget_stop_at(raw: dict, target: tuple[Any, Any], *, set_keys: set[str], owner: str = "space") -> str:
     """A space's `stop_at` is a return on its own env: with `--set env=` another env (and no `--set stop_at=`),
     the new env's own bar, gymnasium's `reward_threshold` (MountainCarContinuous-v0: 90), or none. Returns the
     note the search's header prints, or ""."""
@@ -208,8 +208,8 @@ def retarget_stop_at(raw: dict, target: tuple[Any, Any], *, set_keys: set[str]) 
     if raw.get("metric", "episode_return_mean") == "episode_return_mean" and raw.get("mode", "max") == "max":
         threshold = env_reward_threshold(str(raw.get("env")))
     raw["stop_at"] = threshold
-    was = f"the space's stop_at {stop_at:g} was for {env}" if isinstance(stop_at, (int, float)) else \
-        f"the space's stop_at was for {env}"
+    was = f"the {owner}'s stop_at {stop_at:g} was for {env}" if isinstance(stop_at, (int, float)) else \
+        f"the {owner}'s stop_at was for {env}"
     if threshold is None:
         return f"no stop_at: {was} and {raw.get('env')} has no reward_threshold (--set stop_at=VALUE for one)"
     return f"{raw.get('env')}'s reward_threshold; {was}"
