@@ -28,10 +28,6 @@ from tune_runner.trainables.trial import learner_settings
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
 
 
-class NotExportable(Exception):
-    """A policy the model cannot hold; the message says why."""
-
-
 def uses_cnn(state: Any) -> bool:
     """Whether a learner state's networks are our CNN (image observations), not the built-in mlp."""
     nets = [state.get(name) for name in ("pi", "q")]
@@ -96,13 +92,11 @@ def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folde
         sizes, layers, activation, extra["cnn"] = cnn_layers(learner, state, config)
     else:
         sizes, layers, activation = policy_layers(learner, state, config)
-    actions = state.get("action_space")  # ppo on Box (the bounds) or MultiDiscrete actions (nvec); None: Discrete
-    if actions is None:
-        pass
-    elif "nvec" in actions:  # MultiDiscrete: one argmax per number's logits
+    actions = state.get("action_space") or {}  # ppo on Box (the bounds) or MultiDiscrete (nvec); none: Discrete
+    if "nvec" in actions:  # MultiDiscrete: one argmax per number's logits
         extra.update(action_nvec=[int(n) for n in actions["nvec"]], action_shape=list(actions["shape"]),
                      action_dtype=str(np.dtype(actions["dtype"])))
-    else:
+    elif actions:
         extra.update(action_low=np.asarray(actions["low"]).tolist(), action_high=np.asarray(actions["high"]).tolist(),
                      action_shape=list(actions["shape"]))
     if state.get("obs_filter") is not None:  # observation_filter: MeanStdFilter's statistics, as trained

@@ -44,10 +44,7 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
-        try:
-            data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
-        except model.NotExportable as exc:
-            return Logged(None, f"not logged ({exc})")
+        data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
         # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
         logged = mlflow_uri.client(uri).create_logged_model(
             experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
