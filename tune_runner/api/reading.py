@@ -40,17 +40,13 @@ def best(experiment: str | Path, *, storage: str | Path | None = None, mlflow_ur
         path, spec, loaded, name = None, tracked.spec, tracked.results, tracked.name
     verdict = _saved_verdict(path, spec, loaded, tracked) if own_pick else None  # a damaged one first
     chosen, judged = analysis.select(spec, loaded, metric=metric, mode=mode, scope=scope)
-    if verdict is not None:
+    if reevaluate and path is not None:
+        verdict = _reevaluate_best(judged, loaded, path, top=reevaluate, seeds=seeds, num_cpus=num_cpus,
+                                   out=out or sys.stdout)
+    if verdict is not None and verdict.decided:
         from tune_runner.results.robust import winner_best
 
         chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
-    if reevaluate and path is not None:
-        from tune_runner.results.robust import winner_best
-
-        verdict = _reevaluate_best(judged, loaded, path, top=reevaluate, seeds=seeds, num_cpus=num_cpus,
-                                   out=out or sys.stdout)
-        if verdict.decided:
-            chosen = winner_best(loaded, verdict, metric=judged.metric, mode=judged.mode)
     return best_result(spec, chosen, experiment=name, path=path, verdict=verdict, tracked=tracked)
 
 

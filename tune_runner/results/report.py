@@ -18,6 +18,7 @@ import hashlib
 import html
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +226,7 @@ def write(exp_path: Path, spec: ExperimentSpec, *, title: str | None = None) -> 
         importance_plot(scores, path=folder / "importances.png")
         figures.append("importances.png")
     if reevaluation is not None:
-        (folder / REEVALUATION_FILE).write_text((exp_path / REEVALUATION_FILE).read_text())
+        shutil.copyfile(exp_path / REEVALUATION_FILE, folder / REEVALUATION_FILE)
     page = _page(title, spec, table, figures, scores, reevaluation)
     index = folder / "index.html"
     index.write_text(page)

@@ -227,8 +227,8 @@ def _verdict(client: Any, run: Any, shown: str) -> dict | None:
         text = Path(client.download_artifacts(run.info.run_id, path, tmp)).read_text(errors="replace")
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        data = exc
+    except ValueError:
+        data = None
     if not isinstance(data, dict):
         raise UserError(f"{shown}/{path}: not the saved re-evaluation (a JSON object); read the search from its "
                         f"folder ({_folder_hint(run)}), or give --scope")

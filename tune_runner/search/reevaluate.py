@@ -169,8 +169,7 @@ def _seed_run(spec: ExperimentSpec, seed: int, values: list[Any], env_steps: lis
     finite = [(float(v), int(s), e) for v, s, e in zip(values, env_steps, episodes, strict=True)
               if isinstance(v, (int, float)) and math.isfinite(v)]
     for value, steps, count in finite:
-        if spec.reached({spec.metric: value, "config": config or {},
-                         **({"episodes": count} if isinstance(count, (int, float)) else {})}):
+        if spec.reached({spec.metric: value, "config": config or {}, "episodes": count}):
             return SeedRun(seed, value, steps)
     return SeedRun(seed, finite[-1][0], None) if finite else None
 

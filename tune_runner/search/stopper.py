@@ -50,6 +50,6 @@ def seeds_reached(spec: ExperimentSpec, result: dict) -> set[int]:
 
     values, episodes = per_seed(result, spec.metric), per_seed(result, "episodes")
     config = result.get("config") or {}
-    return {i for i, value in enumerate(values)
-            if spec.reached({"config": config, **({"episodes": episodes[i]} if i < len(episodes) else {}),
+    return {i for i, value in enumerate(values)  # a seed without an episode count is judged by its value alone
+            if spec.reached({"config": config, "episodes": episodes[i] if i < len(episodes) else None,
                              spec.metric: value})}

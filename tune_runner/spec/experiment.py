@@ -183,15 +183,16 @@ def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
     path = resolve_space(ref)
     raw = read_yaml_mapping(path, expected="a mapping of settings at the top level")
     overrides = list(overrides)
-    chosen = raw.get("trainable")
+    chosen, set_keys = raw.get("trainable"), set()
     for item in overrides:
         key, value = parse_override(item)
         chosen = value if key == "trainable" else chosen
+        set_keys.add(key)
     raw = apply_backend(raw, chosen, where=str(path))
     target = (raw.get("env"), raw.get("stop_at"))
     for item in overrides:
         apply_override(raw, item)
-    note = retarget_stop_at(raw, target, set_keys={parse_override(item)[0] for item in overrides})
+    note = retarget_stop_at(raw, target, set_keys=set_keys)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     spec = build_spec(raw, name=path.stem, source=str(path), sha256=digest)
     return replace(spec, stop_at_note=note) if note else spec
