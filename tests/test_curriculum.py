@@ -333,6 +333,7 @@ def test_rllib_callback_raises_what_an_env_runner_hit(tmp_path):
         curriculum.rllib_callback(f"{fn}:raise_level")(algorithm=fake_algorithm(env), result=result)
 
 
+@pytest.mark.e2e  # RLlib's env runner, in-process: Ray's stack, so with the e2e tests (issue 15: units need no Ray)
 def test_rllib_callback_on_a_real_local_env_runner(tmp_path):
     """RLlib's own EnvRunner (in this process, Ray forbidden): its wrapped vector env gets the task,
     and the next episodes it samples show it."""

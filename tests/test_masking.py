@@ -157,6 +157,7 @@ class StrictMaskEnv(MaskEnv):
         return self._obs(), float(action == 0), self.t >= 8, False, {}
 
 
+@pytest.mark.e2e  # RLlib's env runner and learner, in-process: Ray's stack, so with the e2e tests (issue 15)
 @pytest.mark.parametrize("algo, settings", [
     ("PPO", {"train_batch_size_per_learner": 64, "minibatch_size": 32, "num_epochs": 2}),
     ("DQN", {"epsilon": [[0, 0.5], [1000, 0.5]], "train_batch_size_per_learner": 32}),

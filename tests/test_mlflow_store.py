@@ -74,9 +74,8 @@ def test_a_cache_file_that_is_no_store_leaves_the_store_to_mlflow(cache, tmp_pat
     (cache / f"mlflow-{__version__}-empty.db").write_text("not a database")
     client = mlflow_uri.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert [e.name for e in client.search_experiments()] == ["Default"]
-    assert not (cache / f"mlflow-{__version__}-empty.db").exists()  # made again by the next new store
-    mlflow_uri.client(f"sqlite:///{tmp_path / 'next.db'}")
-    assert dump(cache / f"mlflow-{__version__}-empty.db") == dump(tmp_path / "next.db")
+    # Gone, so the next new store builds it as into an empty cache (the test above; 2 s of migrations again here)
+    assert not (cache / f"mlflow-{__version__}-empty.db").exists()
 
 
 def test_the_cache_folder_follows_tune_rl_cache_then_xdg(monkeypatch, tmp_path):

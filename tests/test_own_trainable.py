@@ -112,6 +112,7 @@ def test_torch_threads_follow_the_trial_cpus_fake_runtime_context(monkeypatch):
     assert trial_threads() == 3
 
 
+@pytest.mark.e2e  # a fresh process importing Ray, torch and a trainable (5-6 s): about Ray, so with the e2e tests
 def test_outside_ray_the_trainable_starts_no_ray():
     """ray.get_runtime_context() starts a local Ray when none runs: a trainable built outside Ray must not
     ask it. In a fresh process, so that the suite's shared Ray (up once an e2e test ran) does not hide it."""

@@ -136,6 +136,7 @@ def no_ray(monkeypatch):
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("this test must not start Ray"))
 
 
+@pytest.mark.e2e  # RLlib's env runner, in-process: Ray's stack, so with the e2e tests (issue 15)
 def test_a_real_local_env_runner_counts_what_the_env_saw(tmp_path, no_ray):
     """RLlib's own EnvRunner in this process, sampling 37 steps at a time over 2 envs (episodes span
     samples): our count equals the env's own, episode by episode; an evaluation runner counts nothing."""

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FILE = '''import pytest
 
@@ -31,6 +33,7 @@ def makefile_e2e_flags() -> list[str]:
     return [flag for flag in line.split("-m e2e", 1)[1].split() if not flag.startswith("--durations")]
 
 
+@pytest.mark.e2e  # a pytest run under two xdist workers (3-5 s): the e2e run's own set-up, checked beside it
 def test_each_e2e_file_but_the_split_ones_runs_as_one_group_on_one_worker(tmp_path):
     (tmp_path / "conftest.py").write_text(
         "from tests.conftest import SPLIT_E2E, pytest_collection_modifyitems  # noqa: F401\n\n\n"
