@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,20 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     home = tmp_path_factory.mktemp("tune-rl-home")
     monkeypatch.setenv("TUNE_RL_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def _units_start_no_ray(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`pytest -m "not e2e"` needs no Ray (issue 15): a unit test that leaves a Ray running fails. Ray is not
+    imported for this; a test that never imported it cannot have started it."""
+    if request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    ray = sys.modules.get("ray")
+    was_up = ray is not None and ray.is_initialized()
+    yield
+    ray = sys.modules.get("ray")
+    assert was_up or ray is None or not ray.is_initialized(), "a unit test started Ray: mark it e2e"
 
 
 class Cli:
