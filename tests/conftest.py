@@ -61,15 +61,19 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 @pytest.fixture(autouse=True)
 def _units_start_no_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     """`pytest -m "not e2e"` needs no Ray (issue 15): a unit test that leaves a Ray running fails. Ray is not
-    imported for this; a test that never imported it cannot have started it."""
+    imported for this; a test that never imported it cannot have started it. Ray's own worker module is asked:
+    tests fake `ray.is_initialized`, and their monkeypatch is undone after this runs (_isolated_home's, set up
+    first)."""
+    def up() -> bool:
+        worker = sys.modules.get("ray._private.worker")
+        return worker is not None and worker.is_initialized()
+
     if request.node.get_closest_marker("e2e") is not None:
         yield
         return
-    ray = sys.modules.get("ray")
-    was_up = ray is not None and ray.is_initialized()
+    was_up = up()
     yield
-    ray = sys.modules.get("ray")
-    assert was_up or ray is None or not ray.is_initialized(), "a unit test started Ray: mark it e2e"
+    assert was_up or not up(), "a unit test started Ray: mark it e2e"
 
 
 class Cli:
