@@ -150,9 +150,16 @@ def _field_help(field: dataclasses.Field, docs: dict[str, str]) -> str:
 def field_docs(cls: type) -> dict[str, str]:
     """The docstrings written under a dataclass's fields (CleanRL's convention), by field name."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
         return {}
+    for attempt in range(3):
+        try:
+            tree = ast.parse(source)
+            break
+        except SystemError:  # CPython 3.11's ast.parse while another thread parses too (cpython #106905): again
+            if attempt == 2:
+                return {}
     body, docs = tree.body[0].body, {}  # type: ignore[attr-defined]
     for node, after in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
