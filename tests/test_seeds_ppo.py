@@ -89,6 +89,67 @@ def vars_of(config: PPOConfig) -> dict:
     return {k: v for k, v in vars(config).items() if k not in ("num_seeds",)}
 
 
+POPULATION = {"lr": [3e-3, 1e-3, 2e-3], "gamma": [0.99, 0.9, 0.97], "lambda": [0.95, 0.8, 1.0],
+              "clip_param": [0.2, 0.05, 0.3], "vf_loss_coeff": [0.5, 1.0, 0.25], "entropy_coeff": [0.0, 0.05, 0.01]}
+
+
+def population(env_id: str, **overrides) -> tuple[PPO, list[PPO]]:
+    """A 3-seed learner of POPULATION, and each seed's one-seed learner of its own config (`member`)."""
+    config = PPOConfig.from_dict({**vars_of(small_ppo(seed=5, **overrides)), "num_seeds": 3, "population": POPULATION})
+    return PPO(config, env_id=env_id), [PPO(config.member(i), env_id=env_id) for i in range(3)]
+
+
+# A population of configs (issue 16, "later"): three seeds that differ in every continuous setting PPO has, each
+# trained as the one-seed learner with its own values would be. CartPole's seeds cut different minibatch counts
+# (padding); Pendulum has Box actions and large value errors (unclipped).
+@pytest.mark.parametrize(("env_id", "overrides"), [
+    ("CartPole-v1", {"minibatch_size": 62}),
+    ("Pendulum-v1", {"minibatch_size": 64, "vf_clip_param": None}),
+], ids=["cartpole", "pendulum"])
+def test_a_population_of_three_configs_trains_each_as_its_own_config_would_alone(env_id, overrides):
+    together, alone = population(env_id, **overrides)
+    assert [learner.seeds[0] for learner in alone] == together.seeds
+    assert [learner.config.gamma for learner in alone] == POPULATION["gamma"]
+    for _ in range(3):
+        result = together.train_iteration()
+        for i, learner in enumerate(alone):
+            own = learner.train_iteration()
+            assert result[f"seed_{i}/lr"] == own["lr"] == POPULATION["lr"][i]
+            for name in ("policy_loss", "vf_loss", "entropy"):
+                assert result[f"seed_{i}/{name}"] == pytest.approx(own[name], rel=1e-3, abs=1e-6), name
+    for i, learner in enumerate(alone):
+        weights_close(together, i, learner)
+
+
+def test_each_seed_of_a_population_scales_its_rewards_by_returns_discounted_with_its_own_gamma():
+    """Reward scaling divides by the std of each env's discounted return: seed i's gamma, not seed 0's. (Compared
+    after one iteration: later, Adam's steps on near-zero gradients make float noise lr-sized, seeds or no seeds.)"""
+    together, alone = population("Pendulum-v1", normalize_rewards=True)
+    result = together.train_iteration()
+    for i, learner in enumerate(alone):
+        own = learner.train_iteration()
+        np.testing.assert_allclose(together.reward_scaler.stats.var[i], learner.reward_scaler.stats.var[0], rtol=1e-6)
+        assert result[f"seed_{i}/vf_loss"] == pytest.approx(own["vf_loss"], rel=1e-4)
+    assert len(set(together.reward_scaler.stats.var[:, 0])) == 3
+
+
+def test_a_population_names_a_bad_setting_its_length_or_a_bad_value():
+    def refusal(population: object) -> str:
+        with pytest.raises(ValueError) as caught:
+            small_ppo(num_seeds=3, population=population)
+        return str(caught.value)
+
+    assert "did you mean 'gamma'" in refusal({"gama": [0.9, 0.9, 0.9]})
+    assert refusal({"num_epochs": [1, 2, 3]}).startswith("unknown PPOConfig.population setting 'num_epochs'")
+    assert refusal({"gamma": [0.9, 0.99]}) == ("PPOConfig.population.gamma must list one value per seed (3, "
+                                               "num_seeds), got gamma=[0.9, 0.99]")
+    assert refusal({"gamma": [0.9, 1.5, 0.9]}) == ("PPOConfig.population, seed 1: PPOConfig.gamma must be in (0, 1], "
+                                                   "got gamma=1.5")
+    assert refusal([0.9]).startswith("PPOConfig.population must be a mapping")
+    same_values = small_ppo(num_seeds=2, population={"gamma": [0.9, 0.9]})
+    assert same_values.member(1) == small_ppo(seed=1_000_000, gamma=0.9)
+
+
 def test_results_hold_every_seed_and_the_aggregate():
     learner = PPO(small_ppo(num_seeds=3, seed_aggregate="median"), env_id="CartPole-v1")
     for _ in range(3):

@@ -159,3 +159,35 @@ def test_a_re_evaluation_line_counts_the_seeds_that_reached_stop_at_as_the_verdi
     assert _solved_said({"seed": 1000}, last, set(), spec) == ", not solved in 250,000 env steps"
     assert _solved_said({"seed": 1000}, {**last, "episode_return_mean": 480.0, "env_steps": 99_000}, set(), spec) == \
         ", solved at 99,000 env steps"
+
+
+@pytest.mark.parametrize("form", ["dotted", "mapping"])
+def test_a_trial_of_a_population_trains_each_seed_on_its_values_and_its_policy_exports(form, tmp_path):
+    """A population in a trial config (`population.lr` keys as a space's fixed mapping flattens, or one mapping as
+    train's --population gives it): each seed gets its own values, and the policy of its checkpoint is exported
+    (the one-seed view of the config, tune_runner.trainables.trial.one_seed_config)."""
+    from tune_runner import tune_rl_policy
+    from tune_runner.results import model
+
+    values = {"lr": [1e-3, 3e-3, 2e-3], "gamma": [0.99, 0.9, 0.95]}
+    config = {**CONFIG, **({f"population.{k}": v for k, v in values.items()} if form == "dotted"
+                           else {"population": values})}
+    trial = OwnPPO(config=config)
+    result = trial.train()
+    assert per_seed(result, "lr") == values["lr"]
+    assert [member.gamma for member in trial.learner.members] == values["gamma"]
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    trial.save_checkpoint(str(checkpoint))
+    data = model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "policy")
+    assert tune_rl_policy.Policy(data).predict(np.zeros((2, 4), np.float32)).shape == (2,)
+    trial.stop()
+
+
+def test_one_seed_of_a_population_config_is_a_one_seed_config_at_its_values():
+    from tune_runner.trainables.trial import one_seed_config
+
+    config = {**CONFIG, "population.lambda": [0.9, 0.8, 0.7], "population": {"gamma": [0.99, 0.9, 0.95]}}
+    one = one_seed_config(config, 2)
+    assert one == {**{k: v for k, v in CONFIG.items() if k not in (SEEDS_KEY, AGGREGATE_KEY)},
+                   "lambda_": 0.7, "gamma": 0.95}

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tune_runner.errors import unknown_name
-from tune_runner.spec.seeds import AGGREGATES
+from tune_runner.spec.seeds import AGGREGATES, SEED_STRIDE
 
 if TYPE_CHECKING:
     from tune_runner.algos.replay import Prioritized
@@ -33,6 +33,8 @@ MASKABLE_ACTIONS = ("Discrete",)  # an action_mask in the observations masks one
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
+# PPO's continuous settings in which the seeds of one batched learner may differ (PPOConfig.population)
+POPULATION_KEYS = ("lr", "gamma", "lambda_", "clip_param", "vf_loss_coeff", "entropy_coeff")
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
@@ -59,6 +61,30 @@ def check_sde(config: Any) -> None:
     if config.use_sde and config.model != "mlp":
         raise ValueError(f"{type(config).__name__}.use_sde needs the built-in model 'mlp' (its last hidden layer is "
                          f"the noise's features), got model={config.model!r}; set use_sde: false for this model")
+
+
+def check_population(config: Any) -> None:
+    """`population` maps settings of POPULATION_KEYS to one value per seed, and every seed's values pass the
+    settings' own checks (each seed's config, `member(i)`, is built once here); kept as lists (YAML's, JSON's)."""
+    name, population = type(config).__name__, config.population
+    if not isinstance(population, Mapping):
+        raise ValueError(f"{name}.population must be a mapping {{setting: [a value per seed]}}, got "
+                         f"population={population!r}")
+    kept = {}
+    for key, values in population.items():
+        key = ALIASES.get(key, key)
+        if key not in POPULATION_KEYS:
+            raise ValueError(unknown_name(f"{name}.population setting", key, POPULATION_KEYS))
+        if not isinstance(values, (list, tuple)) or len(values) != config.num_seeds:
+            raise ValueError(f"{name}.population.{key} must list one value per seed ({config.num_seeds}, num_seeds), "
+                             f"got {key}={values!r}")
+        kept[key] = list(values)
+    object.__setattr__(config, "population", kept)
+    for seed in range(config.num_seeds if kept else 0):
+        try:
+            config.member(seed)
+        except ValueError as error:
+            raise ValueError(f"{name}.population, seed {seed}: {error}") from None
 
 
 def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
@@ -225,6 +251,10 @@ class PPOConfig:
     """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
     seed_aggregate: str = "iqm"
     """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
+    population: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    """Seeds that differ in continuous settings, a population of configs trained as one batch: {setting: [one value
+    per seed]} for lr, gamma, lambda_, clip_param, vf_loss_coeff and entropy_coeff. Seed i trains exactly as a
+    one-seed learner with its own values would (`member(i)`); the settings not listed are shared."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
@@ -250,6 +280,13 @@ class PPOConfig:
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
                              f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
+        check_population(self)
+
+    def member(self, seed: int) -> PPOConfig:
+        """Seed `seed` of this config as a one-seed config: its own seed, and its values of `population` in place
+        of the shared ones (what it trains as in the batched learner)."""
+        values = {key: values[seed] for key, values in self.population.items()}
+        return dataclasses.replace(self, **values, seed=self.seed + SEED_STRIDE * seed, num_seeds=1, population={})
 
     def _optional(self) -> list[str]:
         return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]

@@ -143,6 +143,7 @@ class SeedLearnerBase(LearnerBase):
     stats: Any
     optimizer: Any
     seed_env_steps: np.ndarray
+    members: list[Any] | None = None  # each seed's one-seed config, where the seeds' settings differ (a population)
 
     @property
     def num_seeds(self) -> int:
@@ -158,8 +159,10 @@ class SeedLearnerBase(LearnerBase):
         self.seed_env_steps[:] = value
 
     def apply_lr_schedule(self) -> list[float]:
-        """Each seed's lr from the schedule at its own env steps, set on the optimizer (a float for one seed)."""
-        lrs = [scheduled(self.config.lr, int(steps)) for steps in self.seed_env_steps]
+        """Each seed's lr from its schedule (its own, in a population) at its own env steps, set on the optimizer
+        (a float for one seed)."""
+        schedules = [member.lr for member in self.members] if self.members else [self.config.lr] * self.num_seeds
+        lrs = [scheduled(lr, int(steps)) for lr, steps in zip(schedules, self.seed_env_steps, strict=True)]
         self.optimizer.lr = lrs[0] if self.num_seeds == 1 else lrs
         return lrs
 

@@ -72,8 +72,9 @@ LOSSES = ("policy_loss", "vf_loss", "entropy", "kl")
 
 
 def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                last_values: np.ndarray, gamma: float, lambda_: float) -> tuple[np.ndarray, np.ndarray]:
-    """(advantages, value targets) of a [time, env] rollout.
+                last_values: np.ndarray, gamma: float | np.ndarray,
+                lambda_: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(advantages, value targets) of a [time, env] rollout; `gamma` and `lambda_` a number, or one per env.
 
     `values[t + 1]` (`last_values` after the last step) must be the value of the observation
     that step t returned: the episode's final observation when step t ended it, which is what
@@ -92,11 +93,13 @@ def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarr
 
 
 def ppo_losses(*, new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
-               value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float, vf_clip_param: float | None,
-               vf_loss_coeff: float, entropy_coeff: float, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+               value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float | torch.Tensor,
+               vf_clip_param: float | None, vf_loss_coeff: float | torch.Tensor, entropy_coeff: float | torch.Tensor,
+               mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """PPO's minibatch losses from per-sample tensors: each output is a mean over the last axis, a
     scalar for [batch] inputs and one value per seed for [K, batch]. With `mask` (1 on real samples, 0
-    on padding) each mean is over the real samples only.
+    on padding) each mean is over the real samples only. For [K, batch] inputs, `clip_param` may be a
+    [K, 1] tensor and the coefficients [K] tensors: one value per seed (a population, PPOConfig.population).
 
     policy_loss: -mean(min(A * r, A * clip(r, 1 - clip_param, 1 + clip_param))), r = exp(new - old logp).
     vf_loss: mean((V - target)^2), each squared error first capped at `vf_clip_param` (RLlib's
@@ -207,12 +210,27 @@ class PPO(SeedLearnerBase):
         self.optimizer = batched.SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
             if config.observation_filter == "MeanStdFilter" else None
-        self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=config.gamma) \
+        self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
+        self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=self._per_seed("gamma", 1)) \
             if config.normalize_rewards else None
         self.normalizers = [kept for kept in (self.obs_filter, self.reward_scaler) if kept is not None]
         self.stats = SeedStats(self.num_seeds, self.env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._buffers: dict[str, np.ndarray] = {}
+
+    def _per_seed(self, name: str, *shape: int) -> Any:
+        """Setting `name` as the seeds use it: the config's number, or where `population` gives the seeds different
+        values, a float64 array of one value per seed shaped [K, *shape] (ones, to broadcast against the seeds'
+        rows)."""
+        values = self.config.population.get(name)
+        if values is None or len(set(values)) == 1:
+            return float(values[0]) if values else getattr(self.config, name)
+        return np.asarray(values, dtype=np.float64).reshape(-1, *shape)
+
+    def _per_seed_tensor(self, name: str, *shape: int) -> float | torch.Tensor:
+        """`_per_seed` for the losses: a number, or a float32 tensor [K, *shape] on the learner's device."""
+        value = self._per_seed(name, *shape)
+        return value if isinstance(value, float) else torch.as_tensor(value, dtype=torch.float32, device=self.device)
 
     def _networks(self) -> tuple[nn.Module, nn.Module]:
         """Each seed's policy and value networks, initialised as a one-seed learner with its seed does; batched."""
@@ -371,9 +389,12 @@ class PPO(SeedLearnerBase):
         if not batch["valid"].any():
             return [{} for _ in range(k)]
         values, last_values = self._values(batch["obs"], batch["last_obs"])
+        width = batch["rewards"].shape[1] // k  # each seed's envs, side by side: a seed's value for each
+        gamma, lambda_ = (np.repeat(v, width) if isinstance(v, np.ndarray) else v
+                          for v in (self._per_seed("gamma"), self._per_seed("lambda_")))
         advantages, targets = compute_gae(
             rewards=batch["rewards"], values=values, terminated=batch["terminated"],
-            truncated=batch["truncated"], last_values=last_values, gamma=c.gamma, lambda_=c.lambda_)
+            truncated=batch["truncated"], last_values=last_values, gamma=gamma, lambda_=lambda_)
         valid = by_seed(batch["valid"], k)  # each seed's samples in turn, each in its one-seed order
         counts = valid.reshape(k, -1).sum(axis=1)
         data = {"obs": batch["obs"], "actions": batch["actions"], "logp": batch["logp"], "value_targets": targets,
@@ -402,8 +423,9 @@ class PPO(SeedLearnerBase):
         losses = ppo_losses(
             new_logp=new_logp, old_logp=mb["logp"],
             advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
-            entropy=entropy, clip_param=c.clip_param, vf_clip_param=c.vf_clip_param,
-            vf_loss_coeff=c.vf_loss_coeff, entropy_coeff=c.entropy_coeff, mask=mask)
+            entropy=entropy, clip_param=self._per_seed_tensor("clip_param", 1), vf_clip_param=c.vf_clip_param,
+            vf_loss_coeff=self._per_seed_tensor("vf_loss_coeff"), entropy_coeff=self._per_seed_tensor("entropy_coeff"),
+            mask=mask)
         self.optimizer.zero_grad()
         total = losses["total_loss"]  # [K], or a scalar without the seed axis
         (total.sum() if total.dim() else total).backward()  # the seeds share no parameter: each its own gradient

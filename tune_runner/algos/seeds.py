@@ -26,9 +26,8 @@ import numpy as np
 
 from tune_runner.algos.config import SEED_AGGREGATES as AGGREGATES
 from tune_runner.errors import unknown_name
-from tune_runner.spec.seeds import PREFIX, seed_key
+from tune_runner.spec.seeds import PREFIX, SEED_STRIDE, seed_key
 
-SEED_STRIDE = 1_000_000
 COUNTERS = ("env_steps", "episodes")  # aggregated as the minimum over the seeds
 
 

@@ -23,7 +23,7 @@ from tune_runner import tune_rl_policy
 from tune_runner.results.analysis import last_checkpoint  # noqa: F401 - tests and older callers read it here
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import config_class
-from tune_runner.trainables.trial import learner_settings
+from tune_runner.trainables.trial import learner_settings, one_seed_config
 
 MODEL_NAME = "policy"  # the logged model's name, under the parent run
 
@@ -36,7 +36,7 @@ def uses_cnn(state: Any) -> bool:
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
     """(sizes, state dict for tune_rl_policy.build_mlp, activation) of a learner's greedy policy."""
-    settings = config_class(learner).from_dict(learner_settings(config))
+    settings = config_class(learner).from_dict(learner_settings(one_seed_config(config)))
     if learner == "ppo":
         linears = _linears(state["pi"], prefix="")
     else:
@@ -60,10 +60,9 @@ def cnn_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> t
     from torch import nn
 
     from tune_runner.algos.networks import CNN
-    from tune_runner.spec.reserved import SEED_KEYS
     from tune_runner.trainables.agents import build_learner
 
-    built = build_learner(learner, {k: v for k, v in config.items() if k not in SEED_KEYS})
+    built = build_learner(learner, one_seed_config(config))
     try:
         cnn = next(m for m in (built.pi if learner == "ppo" else built.q).modules() if isinstance(m, CNN))
     finally:

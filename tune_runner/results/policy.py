@@ -283,11 +283,11 @@ def _agent_name(checkpoint: Path) -> str | None:
 
 
 def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, Any], checkpoint: Path) -> Policy:
-    from tune_runner.spec.reserved import SEED_KEYS
     from tune_runner.trainables.agents import build_learner
+    from tune_runner.trainables.trial import one_seed_config
 
     try:  # one seed: the state is the policy's seed alone (checkpoints.policy_seed)
-        learner = build_learner(name, {k: v for k, v in config.items() if k not in SEED_KEYS})
+        learner = build_learner(name, one_seed_config(config))
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's plugin code: one line naming it
@@ -306,10 +306,10 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     from tune_runner.algos.common import mlp
     from tune_runner.algos.dqn import QNetwork
     from tune_runner.trainables.agents import config_class
-    from tune_runner.trainables.trial import learner_settings
+    from tune_runner.trainables.trial import learner_settings, one_seed_config
 
     try:
-        settings = config_class(learner).from_dict(learner_settings(config))
+        settings = config_class(learner).from_dict(learner_settings(one_seed_config(config)))
     except (ValueError, TypeError) as exc:  # a value of the wrong type in params.json
         raise UserError(f"{where.parent / PARAMS_FILE}: {str(exc).splitlines()[0]}; the trial config of "
                         f"{where.name} does not build a {learner} learner") from None

@@ -242,7 +242,10 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
 
 def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
     """The backend's own validation on one sample of the space, then on each parameter's extremes."""
-    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config}
+    from tune_runner.spec.reserved import SEEDS_KEY
+
+    base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config,
+            **({SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
     candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
                            for p in spec.space for value in p.extremes()]
     for config in candidates:

@@ -14,6 +14,7 @@ from typing import Any
 AGGREGATES = ("iqm", "mean", "median", "min")
 DEFAULT_AGGREGATE = "iqm"
 PREFIX = "seed_"  # seed i's metrics: seed_<i>/<name>
+SEED_STRIDE = 1_000_000  # seed i of a config whose seed is s: s + SEED_STRIDE * i (tune_runner.algos.seeds)
 
 
 def seed_key(index: int, name: str) -> str:

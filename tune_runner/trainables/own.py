@@ -29,8 +29,10 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
     """The learner config's own validation, as one line (None when fine)."""
     from tune_runner.trainables import agents
 
+    seeds = int(config.get(SEEDS_KEY, 1))  # ours check settings given per seed (a population) against it
+    seeds_setting = {"num_seeds": seeds} if seeds > 1 and agents.is_ours(name) else {}
     try:  # the config class alone: ours comes without torch, which the driver need not import (2-4 s of CPU)
-        agents.config_class(name).from_dict(learner_settings(config))
+        agents.config_class(name).from_dict({**learner_settings(config), **seeds_setting})
     except (ValueError, TypeError) as exc:
         return str(exc).strip().splitlines()[0]
     runners = config.get("num_env_runners", 0)
@@ -100,8 +102,9 @@ class OwnTrainable(tune.Trainable):
         from tune_runner.audit import AUDITED
 
         out = {}
+        per_seed = getattr(getattr(self.learner, "config", None), "population", None) or {}
         for key in AUDITED:
-            if key not in self.config:
+            if key not in self.config or ALIASES.get(key, key) in per_seed:  # a population's: no one value to audit
                 continue
             if key == "lr":
                 if hasattr(self.learner, "optimizer"):  # a user's agent may keep its lr elsewhere

@@ -49,6 +49,18 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
     return nest(flat)
 
 
+def one_seed_config(config: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
+    """Seed `seed` of a trial config of several seeds (seeds_per_trial) as a one-seed trial config: the seed keys
+    left out, and the settings of a population (PPOConfig.population, a mapping or `population.X` keys) at that
+    seed's values. How a policy's network is rebuilt: acting depends on none of a population's settings."""
+    population = {**(config.get("population") or {}),
+                  **{k.removeprefix("population."): v for k, v in config.items() if k.startswith("population.")}}
+    one = {k: v for k, v in config.items()
+           if k not in reserved.SEED_KEYS and k != "population" and not k.startswith("population.")}
+    one.update({ALIASES.get(key, key): values[seed] for key, values in population.items()})
+    return one
+
+
 def load_trial_plugins(config: dict[str, Any]) -> None:
     """Import the plugin files the search named, in this (trial or rollout) process."""
     plugins = config.get(reserved.PLUGINS_KEY) or ()
