@@ -68,6 +68,27 @@ def test_set_env_and_other_run_settings_change_the_run_not_the_learner_config(tm
         spec_of(["train", "--config", str(bundle), "--set", "mode=up"])
 
 
+def test_seeds_per_trial_and_seed_aggregate_are_the_runs_settings_with_or_without_a_bundle(tmp_path):
+    """`train --set seeds_per_trial=3` was refused ("set it at the top level of the file") with no file to set it
+    in: like search's --seeds-per-trial they are the run's; a population's lists are checked against them."""
+    from tune_runner.search.console import header
+
+    argv = ["train", "--env_name", "CartPole-v1", "--set", "seeds_per_trial=3", "--set", "seed_aggregate=min",
+            "--population", "{gamma: [0.9, 0.95, 0.99]}"]
+    _, spec, _ = spec_of(argv)
+    assert (spec.seeds_per_trial, spec.seed_aggregate) == (3, "min")
+    assert spec.fixed == {"population": {"gamma": [0.9, 0.95, 0.99]}}
+    out = io.StringIO()
+    header(spec, "x", out)
+    assert "1 trial(s) of 3 seeds (min) x 100,000 env steps" in out.getvalue()
+    bundle = tmp_path / "best.yaml"
+    bundle.write_text(BUNDLE)
+    _, spec, _ = spec_of(["train", "--config", str(bundle), "--set", "seeds_per_trial=2"])
+    assert (spec.seeds_per_trial, spec.seed_aggregate, spec.fixed) == (2, "iqm", {"lr": 0.002, "n_step": 3})
+    with pytest.raises(UserError, match="--set: seed_aggregate: unknown seed_aggregate 'avg'"):
+        spec_of(["train", "--config", str(bundle), "--set", "seed_aggregate=avg"])
+
+
 def test_the_default_experiment_name_is_one_folder_name_for_namespaced_envs_and_agents():
     from tune_runner.paths import check_name
 

@@ -199,12 +199,13 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
     return build_spec(raw, name=name, source="tune-rl train")
 
 
-TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode")  # --set keys that are the run's settings (search's too)
+# --set keys that are the run's settings (a space's top level, search's too), not the learner's
+TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", "seeds_per_trial", "seed_aggregate")
 
 
 def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
     """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
-    trial's config as learner settings): env, stop_at, metric, mode, and env_config.X as {"env_config": {...}}."""
+    trial's config as learner settings): TOP_LEVEL_SETS, and env_config.X as {"env_config": {...}}."""
     top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
     env_config = {key.removeprefix("env_config."): fixed.pop(key) for key in list(fixed)
                   if key.startswith("env_config.")}
@@ -223,9 +224,10 @@ def _one_env(flag: str | None, setting: Any) -> str | None:
 def _run_settings(spec: Any, top: dict[str, Any], *, env: str | None) -> dict[str, Any]:
     """An exported bundle's spec changes for `--set` run settings: env_config merged, metric, mode, stop_at;
     another env than the bundle's gets its own stop_at (spec.experiment.retarget_stop_at), as search does."""
-    from tune_runner.spec.experiment import number_setting, retarget_stop_at
+    from tune_runner.spec.experiment import number_setting, retarget_stop_at, seeds_settings
 
     changes: dict[str, Any] = {k: str(top[k]) for k in ("metric", "mode") if k in top}
+    changes.update(seeds_settings(top, "--set"))
     if "mode" in changes and changes["mode"] not in ("max", "min"):
         raise UserError(f"--set mode={changes['mode']}: must be max or min")
     if "env_config" in top:

@@ -241,8 +241,8 @@ def _page(title: str, spec: ExperimentSpec, table: Any, figures: list[str], scor
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;"
              "text-align:right}th{background:#f3f3f3}img{max-width:100%}h2{margin-top:1.6em}</style></head><body>",
              f"<h1>{e(title)}</h1>",
-             f"<p>{e(spec.trainable)} on {e(spec.env)}, {spec.num_trials} trial(s) x {spec.budget_env_steps:,} env "
-             f"steps; searcher {e(spec.searcher.name)}, scheduler {e(spec.scheduler.name)}; metric "
+             f"<p>{e(spec.trainable)} on {e(spec.env)}, {e(spec.trials_text())}; searcher {e(spec.searcher.name)}, "
+             f"scheduler {e(spec.scheduler.name)}; metric "
              f"{e(spec.metric)} ({e(spec.mode)}).</p>"]
     if reevaluation:
         parts.append(_verdict_table(reevaluation))

@@ -12,8 +12,7 @@ from tune_runner.spec.experiment import ExperimentSpec
 def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
     """The search's name, what it trains for how long, and the space it searches."""
     searched = ", ".join(f"{p.name}~{p.describe()}" for p in spec.space) or "nothing (fixed config)"
-    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.num_trials} trial(s) x "
-          f"{spec.budget_env_steps:,} env steps{_stop_at(spec)}, "
+    print(f"tune-rl: {name}: {spec.trainable} on {spec.env}, {spec.trials_text()}{_stop_at(spec)}, "
           f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
           file=out)
     print(f"  searching {searched}", file=out, flush=True)

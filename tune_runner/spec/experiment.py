@@ -152,6 +152,12 @@ class ExperimentSpec:
             **seeds,
         }
 
+    def trials_text(self) -> str:
+        """How much the search trains: `8 trial(s) x 250,000 env steps`, or with seeds per trial `8 trial(s) of 3
+        seeds (iqm) x 250,000 env steps` (each seed takes the budget)."""
+        seeds = f" of {self.seeds_per_trial} seeds ({self.seed_aggregate})" if self.seeds_per_trial > 1 else ""
+        return f"{self.num_trials} trial(s){seeds} x {self.budget_env_steps:,} env steps"
+
     def with_overrides(self, **changes: Any) -> ExperimentSpec:
         """A copy with some fields replaced (used by the CLI's plain flags)."""
         return replace(self, **changes)
@@ -405,6 +411,16 @@ def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> in
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
     return value
+
+
+def seeds_settings(raw: dict, where: str) -> dict[str, Any]:
+    """seeds_per_trial and seed_aggregate, those of them `raw` has, checked as a space's top level checks them."""
+    checked: dict[str, Any] = {}
+    if "seeds_per_trial" in raw:
+        checked["seeds_per_trial"] = _positive_int(raw, "seeds_per_trial", where, default=1)
+    if "seed_aggregate" in raw:
+        checked["seed_aggregate"] = _choice(raw, "seed_aggregate", seeds.AGGREGATES, where)
+    return checked
 
 
 def number_setting(raw: dict, key: str, where: str) -> float | None:
