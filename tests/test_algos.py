@@ -325,6 +325,7 @@ def test_flat_adam_refuses_the_state_of_another_network_size():
         FlatAdam(net.parameters(), lr=0.1).load_state_dict(state)
 
 
+@pytest.mark.e2e  # a fresh interpreter importing torch and training both learners (3-4 s): with the e2e tests
 def test_learners_never_import_torch_dynamo():
     # torch.optim imports torch._dynamo on the first optimizer built: seconds, on one thread.
     code = ("import sys; from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig; "

@@ -192,6 +192,7 @@ print(json.dumps([checked, "torch" in sys.modules]))
 """
 
 
+@pytest.mark.e2e  # a fresh interpreter checking five spaces (3 s): with the e2e tests, units stay in-process
 def test_the_checks_and_the_export_of_our_learners_configs_import_no_torch():
     """The driver checks every corner of a space before Ray starts and resolves the best config for best.yaml;
     for our learners both need only the config classes. Importing torch there cost `make search` 2-4 s of CPU

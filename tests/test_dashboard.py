@@ -292,8 +292,16 @@ def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli,
     assert "--open: no search in sqlite:///" in result.err and "leave --open out" in result.err
     untouched.check()
 
+
+@pytest.mark.e2e  # the lookup runs in a child that imports MLflow (5-10 s): with the e2e tests
+def test_open_on_a_store_whose_runs_hold_no_search_is_refused(cli, monkeypatch, tmp_path):
+    import webbrowser
+
     from tune_runner import mlflow_uri
 
+    monkeypatch.setattr(webbrowser, "_tryorder", None)
+    monkeypatch.setattr(webbrowser, "_browsers", {})
+    monkeypatch.setenv("BROWSER", "true")
     store = f"sqlite:///{tmp_path}/other.db"  # a store with a run, but no search's parent run
     client = mlflow_uri.client(store)  # a copy of the cached empty store: no 2 s of MLflow's migrations
     client.create_run(client.create_experiment("not-a-search"), run_name="by hand")

@@ -30,6 +30,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.mark.e2e  # MLflow's own migrations and ours into an empty cache (4-7 s): with the e2e tests
 def test_a_new_store_is_the_store_mlflow_makes_with_the_default_experiment_beside_it(cache, tmp_path):
     from mlflow.tracking import MlflowClient
 

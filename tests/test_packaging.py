@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# pip builds the wheel in a fresh interpreter (setuptools' 120 modules compiled on a clean clone, 2-3 s) and a
+# fresh one imports it: with the e2e tests, so that `pytest -m "not e2e"` stays in-process (issue 15)
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
