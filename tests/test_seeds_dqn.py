@@ -106,6 +106,25 @@ def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterati
     assert not np.allclose(w[0], w[1])  # independent runs, not copies
 
 
+def test_a_population_of_three_configs_trains_each_as_its_own_config_would_alone():
+    """Seeds that differ in lr (one a schedule of its own) and gamma (the n-step returns' discounts): each trains
+    as the one-seed DQN of its own config (`member`), its replay data included."""
+    population = {"lr": [1e-3, 3e-3, 5e-4], "gamma": [0.99, 0.9, 0.95]}
+    together = DQN(config(seed=7, num_seeds=3, training_intensity=4, population=population), env_id="CartPole-v1")
+    alone = [DQN(together.config.member(i), env_id="CartPole-v1") for i in range(3)]
+    assert [learner.seeds[0] for learner in alone] == together.seeds
+    result = together.train_iteration()
+    for i, learner in enumerate(alone):
+        own = learner.train_iteration()
+        assert result[f"seed_{i}/lr"] == own["lr"] == population["lr"][i]
+        assert result[f"seed_{i}/qf_loss"] == pytest.approx(own["qf_loss"], rel=1e-4, abs=1e-6)
+        ours, theirs = together.get_state()["seeds"][i]["buffer"], learner.get_state()["buffer"]
+        assert all(np.array_equal(ours["data"][k], theirs["data"][k]) for k in theirs["data"])
+        weights_close(together, i, learner)
+    discounts = [together.get_state()["seeds"][i]["buffer"]["data"]["discount"] for i in range(3)]
+    assert [float(d.min()) for d in discounts] == pytest.approx([0.99 ** 3, 0.9 ** 3, 0.95 ** 3])  # n_step 3
+
+
 def test_no_seed_ever_draws_another_seeds_transitions():
     replay = SeedReplay(3, 5, fields={"x": ((), np.int64), "seed_of": ((), np.int64)})
     rng = np.random.default_rng(0)

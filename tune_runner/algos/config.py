@@ -33,8 +33,9 @@ MASKABLE_ACTIONS = ("Discrete",)  # an action_mask in the observations masks one
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
-# PPO's continuous settings in which the seeds of one batched learner may differ (PPOConfig.population)
-POPULATION_KEYS = ("lr", "gamma", "lambda_", "clip_param", "vf_loss_coeff", "entropy_coeff")
+# The continuous settings in which the seeds of one batched learner may differ (`population`), by learner
+PPO_POPULATION = ("lr", "gamma", "lambda_", "clip_param", "vf_loss_coeff", "entropy_coeff")
+DQN_POPULATION = ("lr", "gamma")
 
 
 def check_model(name: str, model_config: Mapping[str, Any]) -> None:
@@ -63,9 +64,9 @@ def check_sde(config: Any) -> None:
                          f"the noise's features), got model={config.model!r}; set use_sde: false for this model")
 
 
-def check_population(config: Any) -> None:
-    """`population` maps settings of POPULATION_KEYS to one value per seed, and every seed's values pass the
-    settings' own checks (each seed's config, `member(i)`, is built once here); kept as lists (YAML's, JSON's)."""
+def check_population(config: Any, keys: tuple[str, ...]) -> None:
+    """`population` maps settings of `keys` to one value per seed, and every seed's values pass the settings' own
+    checks (each seed's config, `member(i)`, is built once here); kept as lists (YAML's, JSON's)."""
     name, population = type(config).__name__, config.population
     if not isinstance(population, Mapping):
         raise ValueError(f"{name}.population must be a mapping {{setting: [a value per seed]}}, got "
@@ -73,8 +74,8 @@ def check_population(config: Any) -> None:
     kept = {}
     for key, values in population.items():
         key = ALIASES.get(key, key)
-        if key not in POPULATION_KEYS:
-            raise ValueError(unknown_name(f"{name}.population setting", key, POPULATION_KEYS))
+        if key not in keys:
+            raise ValueError(unknown_name(f"{name}.population setting", key, keys))
         if not isinstance(values, (list, tuple)) or len(values) != config.num_seeds:
             raise ValueError(f"{name}.population.{key} must list one value per seed ({config.num_seeds}, num_seeds), "
                              f"got {key}={values!r}")
@@ -85,6 +86,14 @@ def check_population(config: Any) -> None:
             config.member(seed)
         except ValueError as error:
             raise ValueError(f"{name}.population, seed {seed}: {error}") from None
+
+
+def member_config(config: Config, seed: int) -> Config:
+    """Seed `seed` of a config as a one-seed config: its own seed, and its values of `population` in place of the
+    shared ones (what it trains as in the batched learner)."""
+    values = {key: values[seed] for key, values in config.population.items()}  # type: ignore[attr-defined]
+    return dataclasses.replace(config, **values, seed=config.seed + SEED_STRIDE * seed,  # type: ignore[attr-defined]
+                               num_seeds=1, population={})
 
 
 def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
@@ -280,13 +289,11 @@ class PPOConfig:
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
                              f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
-        check_population(self)
+        check_population(self, PPO_POPULATION)
 
     def member(self, seed: int) -> PPOConfig:
-        """Seed `seed` of this config as a one-seed config: its own seed, and its values of `population` in place
-        of the shared ones (what it trains as in the batched learner)."""
-        values = {key: values[seed] for key, values in self.population.items()}
-        return dataclasses.replace(self, **values, seed=self.seed + SEED_STRIDE * seed, num_seeds=1, population={})
+        """Seed `seed` as a one-seed config (`member_config`)."""
+        return member_config(self, seed)
 
     def _optional(self) -> list[str]:
         return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]
@@ -361,6 +368,9 @@ class DQNConfig:
     """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
     seed_aggregate: str = "iqm"
     """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
+    population: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    """Seeds that differ in lr or gamma, a population of configs trained as one batch: {setting: [one value per
+    seed]}. Seed i trains exactly as a one-seed learner with its own values would (`member(i)`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
@@ -386,6 +396,11 @@ class DQNConfig:
                              f"and epsilon > 0, got {dict(self.replay_buffer_config)!r}")
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
+        check_population(self, DQN_POPULATION)
+
+    def member(self, seed: int) -> DQNConfig:
+        """Seed `seed` as a one-seed config (`member_config`)."""
+        return member_config(self, seed)
 
     def _epsilon_from_names(self) -> None:
         """initial_epsilon, final_epsilon and epsilon_timesteps, all three, become `epsilon`'s schedule."""

@@ -115,8 +115,11 @@ class DQN(SeedLearnerBase):
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
             **({"next_mask": ((env.num_actions,), bool)} if env.masked else {})})
-        self.nstep = NStepAccumulator(n=config.n_step, gamma=config.gamma, num_envs=env.num_envs,
-                                      obs_dim=env.obs_dim, envs_per_seed=env.envs_per_seed)
+        self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
+        gammas = [member.gamma for member in self.members] if self.members else [config.gamma]
+        gamma = np.repeat(np.asarray(gammas, np.float64), env.envs_per_seed) if len(set(gammas)) > 1 else gammas[0]
+        self.nstep = NStepAccumulator(n=config.n_step, gamma=gamma, num_envs=env.num_envs, obs_dim=env.obs_dim,
+                                      envs_per_seed=env.envs_per_seed)
         self.stats = SeedStats(self.num_seeds, env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._last_target_update = [0] * self.num_seeds  # each seed's env steps at its last target update

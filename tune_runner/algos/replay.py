@@ -220,8 +220,9 @@ class NStepAccumulator:
     owning envs i * envs_per_seed ...) are K accumulators in one; each row out names its `seed`.
     """
 
-    def __init__(self, *, n: int, gamma: float, num_envs: int, obs_dim: int, envs_per_seed: int | None = None) -> None:
-        self.n, self.gamma = n, gamma
+    def __init__(self, *, n: int, gamma: float | np.ndarray, num_envs: int, obs_dim: int,
+                 envs_per_seed: int | None = None) -> None:
+        self.n, self.gamma = n, gamma  # a number, or one per env (seeds of a population)
         self.envs_per_seed = envs_per_seed or num_envs
         self.obs = np.zeros((n, num_envs, obs_dim), np.float32)
         self.actions = np.zeros((n, num_envs), np.int64)
@@ -241,9 +242,10 @@ class NStepAccumulator:
         done = step.terminated | step.truncated
         j, i = np.nonzero(self.live & ((self.ages >= self.n) | done))
         self.live[j, i] = False
+        gamma = self.gamma[i] if isinstance(self.gamma, np.ndarray) else self.gamma
         out = {"obs": self.obs[j, i], "actions": self.actions[j, i],
                "rewards": self.returns[j, i].astype(np.float32), "next_obs": next_obs[i],
-               "terminated": step.terminated[i], "discount": (self.gamma ** self.ages[j, i]).astype(np.float32),
+               "terminated": step.terminated[i], "discount": (gamma ** self.ages[j, i]).astype(np.float32),
                "seed": i // self.envs_per_seed}
         if next_mask is not None:
             out["next_mask"] = next_mask[i]
