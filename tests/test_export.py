@@ -49,6 +49,28 @@ def test_bundle_names_the_best_trials_newest_checkpoint(tmp_path):
     assert export.load(path).fixed["lr"] == 0.00123  # the new key does not trouble the loader
 
 
+@pytest.mark.parametrize(("mode", "member"), [("max", 2), ("min", 0)])
+def test_a_population_trial_exports_its_best_seeds_own_config_which_trains_again(mode, member, tmp_path):
+    """A bundle is one config: of a trial whose three seeds differed in lr and gamma (a population), the seed that
+    scored best on the metric (NaN: no episode yet, never best), with its own values and its own seed."""
+    spec = replace(load_spec("ppo_small", overrides=["seeds_per_trial=3"]), mode=mode)
+    base = _best(spec)
+    config = {**base.config, "seed": 5, "seeds_per_trial": 3, "seed_aggregate": "iqm",
+              "population.lr": [1e-3, 2e-3, 3e-3], "population": {"gamma": [0.9, 0.95, 0.99]}}
+    result = {**base.last_result, "seed_0/episode_return_mean": 100.0, "seed_1/episode_return_mean": float("nan"),
+              "seed_2/episode_return_mean": 300.0}
+    best = replace(base, config=config, last_result=result, mode=mode)
+    path = export.bundle(spec, best, experiment="e").write(tmp_path / "b.yaml")
+    raw = yaml.safe_load(path.read_text())
+    assert raw["description"].endswith(f"its population's seed {member}")
+    assert (raw["config"]["lr"], raw["config"]["gamma"]) == (config["population.lr"][member],
+                                                             config["population"]["gamma"][member])
+    assert raw["config"]["seed"] == 5 + 1_000_000 * member and raw["seeds"]["search"] == raw["config"]["seed"]
+    assert not any(key.startswith("population") for key in {**raw["config"], **raw["resolved"]})
+    again = export.load(path)
+    assert again.seeds_per_trial == 1 and again.fixed["gamma"] == config["population"]["gamma"][member]
+
+
 def test_load_applies_overrides(tmp_path):
     spec = load_spec("ppo_small")
     path = export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")

@@ -150,6 +150,8 @@ class OwnBackend(Backend):
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
         values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
+        if not values.get("population", True):  # none: the resolved config stays as before populations existed
+            del values["population"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k not in BY_THE_TRIAL}
 
 

@@ -49,12 +49,18 @@ def learner_settings(config: dict[str, Any]) -> dict[str, Any]:
     return nest(flat)
 
 
+def population_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial config's population (PPOConfig.population: a mapping, or `population.X` keys as a space's fixed
+    mapping is flattened): {setting: [a value per seed]}, {} for none."""
+    return {**(config.get("population") or {}),
+            **{k.removeprefix("population."): v for k, v in config.items() if k.startswith("population.")}}
+
+
 def one_seed_config(config: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
     """Seed `seed` of a trial config of several seeds (seeds_per_trial) as a one-seed trial config: the seed keys
-    left out, and the settings of a population (PPOConfig.population, a mapping or `population.X` keys) at that
-    seed's values. How a policy's network is rebuilt: acting depends on none of a population's settings."""
-    population = {**(config.get("population") or {}),
-                  **{k.removeprefix("population."): v for k, v in config.items() if k.startswith("population.")}}
+    left out, and the settings of a population at that seed's values (`population_of`). How a policy's network is
+    rebuilt (acting depends on none of a population's settings) and a population's best seed exported."""
+    population = population_of(config)
     one = {k: v for k, v in config.items()
            if k not in reserved.SEED_KEYS and k != "population" and not k.startswith("population.")}
     one.update({ALIASES.get(key, key): values[seed] for key, values in population.items()})
