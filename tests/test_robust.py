@@ -255,6 +255,18 @@ def test_search_candidates_with_stop_at_are_those_that_solved_soonest():
     assert [t.trial_id for t in ranked(SEARCH, metric=spec.metric, mode="min")] == ["cut", "unsolved", "soon", "late"]
 
 
+def test_a_population_trial_is_re_evaluated_as_its_best_seeds_own_config():
+    """Its seeds were three configs (PPOConfig.population): the candidate is the best seed's, which the
+    re-evaluation can train on any number of fresh seeds (the population's lists fit three only)."""
+    trial = _Trial("pop", 300.0, 50_000)
+    trial.config = {"env": "CartPole-v1", "seed": 0, "seeds_per_trial": 3, "population.lr": [1e-3, 3e-3, 2e-3],
+                    "gamma": 0.99}
+    trial.last_result.update({"seed_0/episode_return_mean": 250.0, "seed_1/episode_return_mean": 350.0,
+                              "seed_2/episode_return_mean": 300.0})
+    (pick,) = candidates(_Analysis([trial]), metric="episode_return_mean", mode="max", k=1)
+    assert pick.config == {"seed": 1_000_000, "lr": 3e-3, "gamma": 0.99}
+
+
 def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
     from tune_runner.search.console import best_line
 

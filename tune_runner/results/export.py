@@ -25,9 +25,10 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
     for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
     (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
     from tune_runner.trainables.catalog import backend
-    from tune_runner.trainables.trial import env_config_of
+    from tune_runner.trainables.trial import best_member, env_config_of
 
-    trial_config, member = _best_member(spec, best)
+    # A bundle is one config, which `tune-rl train --config` runs as it trained: of a population, its best seed's.
+    trial_config, member = best_member(best.config, best.last_result, metric=spec.metric, mode=spec.mode)
     # A searched `env_config.NAME` is folded into env_config: the bundle names the env as the trial built it.
     config = {k: v for k, v in exported_config(trial_config).items() if not k.startswith(reserved.PREFIX)}
     env_config = env_config_of({"env_config": spec.env_config, **best.config})
@@ -55,23 +56,6 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         checkpoint=_checkpoint(best),
         versions=versions(),
     )
-
-
-def _best_member(spec: ExperimentSpec, best: Best) -> tuple[dict[str, Any], int | None]:
-    """The config a bundle holds: the trial's, or of a trial whose seeds were a population (their settings differ,
-    PPOConfig.population) the one-seed config of the seed that scored best on the metric, with its own seed, and
-    which seed that was. A bundle is one config, which `tune-rl train --config` runs as it trained in the trial."""
-    from tune_runner.spec.seeds import SEED_STRIDE, per_seed
-    from tune_runner.trainables.trial import one_seed_config, population_of
-
-    if not population_of(best.config):
-        return best.config, None
-    values = per_seed(best.last_result, spec.metric)
-    scored = [(v if spec.mode == "max" else -v, -i) for i, v in enumerate(values) if v == v]  # NaN: no episode yet
-    member = -max(scored)[1] if scored else 0
-    one = one_seed_config(best.config, member)
-    one["seed"] = int(best.config.get("seed", 0)) + SEED_STRIDE * member
-    return one, member
 
 
 def _judged(spec: ExperimentSpec, best: Best, *, seed: Any, verdict: Any) -> tuple[dict, dict[str, Any]]:

@@ -302,13 +302,14 @@ def candidates(analysis: Any, *, metric: str, mode: str, k: int,
     """The best `k` trials of a finished search: by their last value of `metric`, or, given `reached`
     (the spec's stop_at test), those that solved first, soonest first (tune_runner.results.analysis.ranked)."""
     from tune_runner.results.analysis import ranked
+    from tune_runner.trainables.trial import best_member
 
     picks = []
     for trial in ranked(analysis.trials, metric=metric, mode=mode, reached=reached)[:k]:
         last = trial.last_result or {}
         solved = reached is not None and reached(last)
-        picks.append(Candidate(trial.trial_id, {k_: v for k_, v in trial.config.items()
-                                                if k_ not in ("env", "env_config")},
+        config, _ = best_member(trial.config, last, metric=metric, mode=mode)  # a population: its best seed's
+        picks.append(Candidate(trial.trial_id, {k_: v for k_, v in config.items() if k_ not in ("env", "env_config")},
                                float(last[metric]), int(last.get("env_steps", 0)) if solved else None))
     return picks
 

@@ -67,6 +67,23 @@ def one_seed_config(config: Mapping[str, Any], seed: int = 0) -> dict[str, Any]:
     return one
 
 
+def best_member(config: Mapping[str, Any], result: Mapping[str, Any], *, metric: str,
+                mode: str) -> tuple[dict[str, Any], int | None]:
+    """A trial config as one config: itself, or of a trial whose seeds were a population (`population_of`) the
+    one-seed config of the seed whose `metric` in `result` was best (NaN, no episode yet: never), with that seed's
+    own seed; and which seed that was (None: no population)."""
+    from tune_runner.spec.seeds import SEED_STRIDE, per_seed
+
+    if not population_of(config):
+        return dict(config), None
+    values = per_seed(result, metric)
+    scored = [(v if mode == "max" else -v, -i) for i, v in enumerate(values) if v == v]
+    member = -max(scored)[1] if scored else 0
+    one = one_seed_config(config, member)
+    one["seed"] = int(config.get("seed", 0)) + SEED_STRIDE * member
+    return one, member
+
+
 def load_trial_plugins(config: dict[str, Any]) -> None:
     """Import the plugin files the search named, in this (trial or rollout) process."""
     plugins = config.get(reserved.PLUGINS_KEY) or ()
