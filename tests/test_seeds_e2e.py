@@ -63,3 +63,22 @@ def test_a_seeded_search_reports_per_seed_and_aggregate_and_reevaluates_in_one_t
     assert not any(key.endswith("/env_steps") for key in logged)  # the step axis, not a curve
     bundle = yaml.safe_load((folder / "best.yaml").read_text())
     assert "seeds_per_trial" not in bundle["config"] and "num_seeds" not in bundle.get("resolved", {})
+
+
+def test_a_population_search_reevaluates_and_exports_each_trials_best_seed(ray_session, cli, _isolated_home, tmp_path):
+    """Three gamma members in every trial (PPOConfig.population), lr searched: the re-evaluation trains each top
+    trial's best member on 4 fresh seeds (the population's lists fit 3), and best.yaml holds one member's config."""
+    space = yaml.safe_load(seeded_space(tmp_path / "seeded.yaml").read_text())
+    space["fixed"]["population"] = {"gamma": [0.99, 0.9, 0.95]}
+    space["reevaluate"] = {"top": 2, "seeds": 4}
+    (tmp_path / "population.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    result = cli("search", "--space", str(tmp_path / "population.yaml"), "--name", "population")
+    assert result.status == 0, result.out + result.err
+    assert "2 trial(s) of 3 seeds (iqm) x 6,000 env steps" in result.out
+    folder = _isolated_home / "results" / "population"
+    verdict = json.loads((folder / "reevaluation.json").read_text())
+    assert [len(row["seeds"]) for row in verdict["ranking"]] == [4, 4]
+    bundle = yaml.safe_load((folder / "best.yaml").read_text())
+    member = int(bundle["description"].rsplit(" ", 1)[1])
+    assert bundle["config"]["gamma"] == [0.99, 0.9, 0.95][member] and bundle["config"]["seed"] % 1_000_000 == 0
+    assert not any(key.startswith("population") for key in bundle["config"])
