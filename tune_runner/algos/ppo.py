@@ -211,6 +211,10 @@ class PPO(SeedLearnerBase):
         self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
             if config.observation_filter == "MeanStdFilter" else None
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
+        # The losses' settings, a number or (a population) one per seed, made once: no tensor per update
+        self.loss_settings = {"clip_param": self._per_seed_tensor("clip_param", 1),
+                              "vf_loss_coeff": self._per_seed_tensor("vf_loss_coeff"),
+                              "entropy_coeff": self._per_seed_tensor("entropy_coeff")}
         self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=self._per_seed("gamma", 1)) \
             if config.normalize_rewards else None
         self.normalizers = [kept for kept in (self.obs_filter, self.reward_scaler) if kept is not None]
@@ -423,9 +427,7 @@ class PPO(SeedLearnerBase):
         losses = ppo_losses(
             new_logp=new_logp, old_logp=mb["logp"],
             advantages=mb["advantages"], values=self.vf(mb["obs"]).squeeze(-1), value_targets=mb["value_targets"],
-            entropy=entropy, clip_param=self._per_seed_tensor("clip_param", 1), vf_clip_param=c.vf_clip_param,
-            vf_loss_coeff=self._per_seed_tensor("vf_loss_coeff"), entropy_coeff=self._per_seed_tensor("entropy_coeff"),
-            mask=mask)
+            entropy=entropy, vf_clip_param=c.vf_clip_param, mask=mask, **self.loss_settings)
         self.optimizer.zero_grad()
         total = losses["total_loss"]  # [K], or a scalar without the seed axis
         (total.sum() if total.dim() else total).backward()  # the seeds share no parameter: each its own gradient
