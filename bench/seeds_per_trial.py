@@ -12,6 +12,11 @@ solve_cartpole.py's OUR_PPO and OUR_DQN.
     .venv/bin/python bench/seeds_per_trial.py --set minibatch_size=128 --ks 1 8
     .venv/bin/python bench/seeds_per_trial.py --algo dqn                  # OUR_DQN
     python3 bench/seeds_per_trial.py --device cuda --ks 1 256             # on a GPU (issue 16)
+    .venv/bin/python bench/seeds_per_trial.py --ks 1 8 --population       # K seeds of K configs, against one config
+
+With `--population` each K > 1 also runs as a population (`PPOConfig.population` / `DQNConfig.population`): the
+K seeds spread around the config's values (`spread`), timed in the same repetitions; printed is its wall against
+the same K seeds of one config.
 """
 
 from __future__ import annotations
@@ -47,11 +52,30 @@ def ours(algo: str) -> dict[str, Any]:
     return dict(getattr(module, ALGOS[algo][2]))
 
 
+def spread(values: dict[str, Any], *, algo: str, num_seeds: int) -> dict[str, list[float]]:
+    """A population of `num_seeds` members around the config: lr from 0.5x to 2x its value (geometric; left shared
+    where it is a schedule), gamma from 0.95 to 0.995, and for PPO lambda_ 0.9-0.98, clip_param 0.1-0.3 and
+    entropy_coeff 0-0.01 (linear)."""
+    import numpy as np
+
+    def line(low: float, high: float) -> list[float]:
+        return np.linspace(low, high, num_seeds).tolist()
+
+    members: dict[str, list[float]] = {"gamma": line(0.95, 0.995)}
+    if not isinstance(values.get("lr", 1e-3), (list, tuple)):
+        members["lr"] = (float(values.get("lr", 1e-3)) * np.geomspace(0.5, 2.0, num_seeds)).tolist()
+    if algo == "ppo":
+        members.update(lambda_=line(0.9, 0.98), clip_param=line(0.1, 0.3), entropy_coeff=line(0.0, 0.01))
+    return members
+
+
 def run(values: dict[str, Any], *, algo: str, num_seeds: int, seed: int, iterations: int,
-        device: str = "cpu") -> dict[str, float]:
-    """Wall and CPU seconds of `iterations` training iterations of a `num_seeds`-seed learner on `device`."""
+        device: str = "cpu", population: bool = False) -> dict[str, float]:
+    """Wall and CPU seconds of `iterations` training iterations of a `num_seeds`-seed learner on `device` (with
+    `population`, its seeds spread around the config's values)."""
     learner_class, config_class = ALGOS[algo][:2]
-    learner = learner_class(config_class.from_dict({**values, "num_seeds": num_seeds, "seed": seed}),
+    members = {"population": spread(values, algo=algo, num_seeds=num_seeds)} if population else {}
+    learner = learner_class(config_class.from_dict({**values, "num_seeds": num_seeds, "seed": seed, **members}),
                             env_id="CartPole-v1", device=device)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(iterations):
@@ -95,6 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the networks run (the envs always step on the CPU); cuda: one untimed warm-up "
                              "iteration per K first, for CUDA's start-up and kernel loading")
+    parser.add_argument("--population", action="store_true",
+                        help="also run each K > 1 as a population of K configs (spread), against the same K seeds")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="override one of the config's settings, e.g. --set minibatch_size=128")
     args = parser.parse_args(argv)
@@ -120,13 +146,20 @@ def main() -> None:
         for k in args.ks:
             run(values, algo=args.algo, num_seeds=k, seed=99, iterations=1, device="cuda")
     runs: dict[int, list[dict[str, float]]] = {k: [] for k in args.ks}
+    populations: dict[int, list[dict[str, float]]] = {k: [] for k in args.ks if args.population and k > 1}
     for rep in range(args.reps):
         for k in args.ks:
             runs[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep, iterations=args.iterations,
                                device=args.device))
+            if k in populations:
+                populations[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep,
+                                          iterations=args.iterations, device=args.device, population=True))
         print(f"repetition {rep + 1}/{args.reps}: " + ", ".join(f"K={k} {runs[k][-1]['wall']:.2f}s" for k in args.ks),
               flush=True)
     print("\n".join(table(runs)))
+    for k, rs in populations.items():
+        wall, alike = statistics.median(r["wall"] for r in rs), statistics.median(r["wall"] for r in runs[k])
+        print(f"K={k} as a population of {k} configs: {wall:.3f} s, {wall / alike:.2f}x the same seeds of one config")
     if TARGET_K in runs:
         ratio = statistics.median(r["wall"] for r in runs[TARGET_K]) / statistics.median(r["wall"] for r in runs[1])
         verdict = "met" if ratio <= target else "NOT MET"

@@ -238,3 +238,19 @@ def test_suite_cpu_sees_a_process_started_after_it_with_its_cpu_and_not_older_on
         assert not [key for key in seen if key.startswith(f"{os.getppid()}:")]  # started before: not seen
     finally:
         busy.kill()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_the_seeds_benchmarks_population_is_a_valid_one_spread_over_every_setting_it_takes(algo):
+    """`seeds_per_trial.py --population` times K configs against K seeds of one: each member a valid config,
+    every setting the learner takes in a population spread (no two members alike)."""
+    from tune_runner.algos.config import DQN_POPULATION, PPO_POPULATION
+
+    bench = bench_module("seeds_per_trial")
+    values = bench.ours(algo)
+    members = bench.spread(values, algo=algo, num_seeds=8)
+    schedule = isinstance(values["lr"], list)  # OUR_DQN's lr: a schedule, shared
+    assert set(members) == set(PPO_POPULATION if algo == "ppo" else DQN_POPULATION) - {"vf_loss_coeff"} \
+        - ({"lr"} if schedule else set())
+    config = bench.ALGOS[algo][1].from_dict({**values, "num_seeds": 8, "population": members})
+    assert len({(m.lr, m.gamma) for m in map(config.member, range(8))}) == 8
