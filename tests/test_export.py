@@ -71,6 +71,19 @@ def test_a_population_trial_exports_its_best_seeds_own_config_which_trains_again
     assert again.seeds_per_trial == 1 and again.fixed["gamma"] == config["population"]["gamma"][member]
 
 
+def test_the_summary_names_a_population_trials_best_seed_and_its_values():
+    from tune_runner.search.console import config_line
+
+    spec = load_spec("ppo_small", overrides=["seeds_per_trial=2"])
+    base = _best(spec)
+    config = {**base.config, "seeds_per_trial": 2, "population": {"lambda": [0.9, 0.8], "gamma": [0.99, 0.95]}}
+    result = {**base.last_result, "seed_0/episode_return_mean": 200.0, "seed_1/episode_return_mean": 250.0}
+    line = config_line(spec, replace(base, config=config, last_result=result))
+    assert line.endswith("num_epochs=7 minibatch_size=256 gamma=0.99 lambda_=0.95; its population's best seed 1: "
+                         "lambda_=0.8 gamma=0.95"), line
+    assert config_line(spec, base) == "lr=1.23e-03 num_epochs=7 minibatch_size=256 gamma=0.99 lambda_=0.95"
+
+
 def test_load_applies_overrides(tmp_path):
     spec = load_spec("ppo_small")
     path = export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")

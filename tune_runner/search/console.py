@@ -25,6 +25,20 @@ def _stop_at(spec: ExperimentSpec) -> str:
     return f" (or until {spec.metric} {'>=' if spec.mode == 'max' else '<='} {spec.stop_at:g}{why})"
 
 
+def config_line(spec: ExperimentSpec, best: analysis.Best) -> str:
+    """The best trial's searched values; of a population (PPOConfig.population), also its best seed's own values,
+    the config best.yaml holds."""
+    from tune_runner.algos.config import ALIASES
+    from tune_runner.trainables.trial import best_member, population_of
+
+    text = analysis.fmt_config(best.config, spec.searched) or "(nothing searched)"
+    config, member = best_member(best.config, best.last_result, metric=spec.metric, mode=spec.mode)
+    if member is None:
+        return text
+    keys = tuple(ALIASES.get(key, key) for key in population_of(best.config))
+    return f"{text}; its population's best seed {member}: {analysis.fmt_config(config, keys)}"
+
+
 def best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:
     """What the best trial scored and how it was chosen: with stop_at, by solving (soonest, or on fresh seeds)."""
     from tune_runner.search.progress import fmt_value
@@ -54,7 +68,6 @@ def where_to_look(uri: str) -> str:
 def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str, model: Any, out: TextIO) -> None:
     """A finished search (tune_runner.search.runner's Outcome and RunOptions): trials, errors, the best and
     its config, the PBT audit, the robust verdict, and where its results, runs, model and bundle are."""
-    from tune_runner.search.progress import fmt_config
 
     minutes, seconds = divmod(int(outcome.seconds), 60)
     counts = ", ".join(f"{n} {k}" for k, n in sorted(outcome.counts.items()))
@@ -65,7 +78,7 @@ def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str
     best = outcome.best
     if best is not None:
         print(f"best       {best.trial_id}  {best_line(spec, best, outcome.verdict)}", file=out)
-        print(f"config     {fmt_config(best.config, spec.searched) or '(nothing searched)'}", file=out)
+        print(f"config     {config_line(spec, best)}", file=out)
     if outcome.audit:
         print(f"pbt        {outcome.audit}", file=out)
     if outcome.verdict is not None:
