@@ -37,12 +37,14 @@ def main(home: Path, space: Path) -> None:
     exp = home / "results" / "node-loss"
     deadline = time.monotonic() + 120
     on_worker = 0
-    while time.monotonic() < deadline:  # wait until trials report from the worker node
-        on_worker = sum(1 for p in exp.glob("*/result.json") if worker_id in p.read_text())
-        if on_worker:
+    # Until trials report from the worker node and each of them has saved a checkpoint (every 5 iterations): a
+    # fixed 2 s after the first report was too short on a slow day, and a trial without one restarts from zero.
+    while time.monotonic() < deadline:
+        trials = [p.parent for p in exp.glob("*/result.json") if worker_id in p.read_text()]
+        on_worker = len(trials)
+        if trials and all(any(t.glob("checkpoint_*")) for t in trials):
             break
         time.sleep(0.3)
-    time.sleep(2.0)  # past a checkpoint (every 5 iterations)
     cluster.remove_node(worker)
     removed_at = time.monotonic()
     thread.join(timeout=300)
