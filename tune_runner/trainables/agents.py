@@ -116,6 +116,14 @@ def build(name: str, settings: Mapping[str, Any], *, env: str, env_config: Mappi
     return cls(args)
 
 
+def trial_config(name: str, config: Mapping[str, Any]) -> Any:
+    """Agent `name`'s config of a flat trial config, checked as the trial builds it: ours with the trial's
+    num_seeds, against which settings given per seed (a population) are checked. ValueError/TypeError if bad."""
+    seeds = int(config.get(SEEDS_KEY, 1))
+    by_trial = {"num_seeds": seeds} if seeds > 1 and is_ours(name) else {}
+    return config_class(name).from_dict({**learner_settings(dict(config)), **by_trial})
+
+
 def checkpoints(name: str) -> bool:
     """Whether the agent's state can be saved and restored (get_state and set_state)."""
     cls = AGENTS.get(name)

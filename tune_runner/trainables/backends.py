@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tune_runner import metrics
 from tune_runner.errors import UserError, closest
-from tune_runner.spec.reserved import RESOURCE_KEYS, SEEDS_KEY
+from tune_runner.spec.reserved import RESOURCE_KEYS
 from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
 if TYPE_CHECKING:
@@ -141,12 +141,9 @@ class OwnBackend(Backend):
         return own_trainable_class(self.name)
 
     def resolved_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        from tune_runner.trainables.agents import config_class, is_ours
-        from tune_runner.trainables.trial import learner_settings
+        from tune_runner.trainables.agents import trial_config
 
-        seeds = int(config.get(SEEDS_KEY, 1))  # ours check settings given per seed (a population) against it
-        by_trial = {"num_seeds": seeds} if seeds > 1 and is_ours(self.name) else {}
-        settings = config_class(self.name).from_dict({**learner_settings(config), **by_trial})
+        settings = trial_config(self.name, config)
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
         values["num_env_runners"] = config.get("num_env_runners", 0)
         values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})

@@ -22,17 +22,15 @@ from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.checkpoints import CHECKPOINT_FILE  # noqa: F401 - where tests and tools look for it
 from tune_runner.trainables.checkpoints import read as read_checkpoint
-from tune_runner.trainables.trial import env_config_of, learner_settings, trainer_bundle, trial_device, trial_threads
+from tune_runner.trainables.trial import env_config_of, trainer_bundle, trial_device, trial_threads
 
 
 def check_config(name: str, config: dict[str, Any]) -> str | None:
     """The learner config's own validation, as one line (None when fine)."""
     from tune_runner.trainables import agents
 
-    seeds = int(config.get(SEEDS_KEY, 1))  # ours check settings given per seed (a population) against it
-    seeds_setting = {"num_seeds": seeds} if seeds > 1 and agents.is_ours(name) else {}
     try:  # the config class alone: ours comes without torch, which the driver need not import (2-4 s of CPU)
-        agents.config_class(name).from_dict({**learner_settings(config), **seeds_setting})
+        agents.trial_config(name, config)
     except (ValueError, TypeError) as exc:
         return str(exc).strip().splitlines()[0]
     runners = config.get("num_env_runners", 0)
