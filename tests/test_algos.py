@@ -101,6 +101,30 @@ def test_ppo_clipped_terms_and_capped_value_errors_have_no_gradient():
     np.testing.assert_allclose(values.grad.numpy(), [-1.0 / 6, 0.0, 0.0, 0.0, 2.0 / 6, 0.0], rtol=1e-12)
 
 
+def test_tanh_is_numpys_on_the_cpu_with_torchs_gradient_and_learners_and_logged_policies_share_it():
+    from tune_runner import tune_rl_policy
+    from tune_runner.algos.common import ACTIVATIONS
+
+    assert ACTIVATIONS["tanh"] is tune_rl_policy.ACTIVATIONS["tanh"] is tune_rl_policy.Tanh
+    tanh = tune_rl_policy.Tanh()
+    x = (torch.randn(3, 64, 16) * 3).requires_grad_()
+    y = tanh(x)
+    assert torch.equal(y, torch.from_numpy(np.tanh(x.detach().numpy())))  # NumPy's, bit for bit
+    # In torch's own aligned memory (algos.common.to_tensor's reason); NumPy's own arrays are 16-byte aligned.
+    assert all(tanh(torch.ones(n)).data_ptr() % 64 == 0 for n in range(1, 40))
+    (y * torch.arange(16.0)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.arange(16.0) * (1 - y.detach() ** 2))
+    for z in (x.detach(), x.detach().transpose(1, 2), x.detach().double()):  # without grad, strided, float64
+        torch.testing.assert_close(tanh(z), torch.tanh(z))
+    assert torch.autograd.gradcheck(tanh, (torch.randn(4, 5, dtype=torch.float64, requires_grad=True),))
+    # Under torch.func's vmap (K registered models) it is torch's, and the gradient still flows.
+    weights = torch.randn(3, 16, requires_grad=True)
+    out = torch.func.vmap(lambda w: tanh(x.detach()[0] * w))(weights)
+    torch.testing.assert_close(out, torch.tanh(x.detach()[0] * weights[:, None, :]))
+    out.sum().backward()
+    assert weights.grad is not None and weights.grad.abs().sum() > 0
+
+
 def test_dqn_targets_match_a_hand_computed_oracle():
     # Rows: 1-step; 1-step truncated (terminated False: it bootstraps); 3-step with gamma 0.9
     # (reward 1 + 0.9 + 0.81 = 2.71, discount 0.9^3 = 0.729); 1-step terminated.

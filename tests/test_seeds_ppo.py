@@ -194,7 +194,8 @@ def test_a_one_seed_state_written_before_seeds_existed_restores_and_continues_as
     result = learner.train_iteration()
     assert result.keys() - {"sps"} == saved["next_result"].keys()
     for key, value in saved["next_result"].items():
-        assert result[key] == pytest.approx(value, rel=1e-6), key
+        # abs: kl and the policy loss are means of near-cancelling terms, 1e-9 off since tanh is NumPy's (1 ulp apart)
+        assert result[key] == pytest.approx(value, rel=1e-6, abs=1e-8), key
     for net, arrays in saved["next_weights"].items():
         for key, value in arrays.items():
             np.testing.assert_allclose(learner.get_weights()[net][key], value, rtol=1e-5, atol=1e-7)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tune_runner import tune_rl_policy
 from tune_runner.algos.vector_envs import (
     NUMPY_VECTOR_ENVS,
     VECTORIZE_MODES,
@@ -36,7 +37,7 @@ from tune_runner.algos.vector_envs import (
 )
 from tune_runner.errors import unknown_name
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+ACTIVATIONS: dict[str, type[nn.Module]] = tune_rl_policy.ACTIVATIONS  # one tanh for learners and logged policies
 
 
 def scheduled(value: float | tuple[tuple[int, float], ...], env_steps: int) -> float:

@@ -92,6 +92,12 @@ def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarr
     return advantages, advantages + values
 
 
+def rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor[index] for an index of any shape into the first axis: index_select on the flat index, which runs at
+    about twice the speed of advanced indexing on a [K, width] index."""
+    return tensor.index_select(0, index.reshape(-1)).view(*index.shape, *tensor.shape[1:])
+
+
 def ppo_losses(*, new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
                value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float | torch.Tensor,
                vf_clip_param: float | None, vf_loss_coeff: float | torch.Tensor, entropy_coeff: float | torch.Tensor,
@@ -406,14 +412,17 @@ class PPO(SeedLearnerBase):
         data = {key: by_seed(value, k)[valid] for key, value in data.items()}
         advantages = by_seed(advantages, k)[valid]
         data["advantages"] = standardized(advantages, counts) if c.normalize_advantage else advantages
-        tensors = {key: to_tensor(value, self.device) for key, value in data.items()}
+        # GAE runs in float64 (the bool masks promote it); the loss in the networks' float32, as one dtype is faster
+        tensors = {key: to_tensor(value.astype(np.float32) if value.dtype == np.float64 else value, self.device)
+                   for key, value in data.items()}
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
                                  rngs=[rngs.numpy for rngs in self.rngs]):
             # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
             index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
             mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
-            losses = self._update({key: value[index] for key, value in tensors.items()}, mask=mask, active=mb.active)
+            losses = self._update({key: rows(value, index) for key, value in tensors.items()}, mask=mask,
+                                  active=mb.active)
             sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active
         return [dict(zip(LOSSES, (sums[i] / int(updates[i])).tolist(), strict=True)) if updates[i] else {}
