@@ -35,14 +35,17 @@ def main(home: Path, space: Path) -> None:
     thread = threading.Thread(target=search)
     thread.start()
     exp = home / "results" / "node-loss"
+    expected = load_spec(str(space)).num_trials  # all at once: one CPU each, 1 + 2 CPUs in the cluster
     deadline = time.monotonic() + 120
     on_worker = 0
-    # Until trials report from the worker node and each of them has saved a checkpoint (every 5 iterations): a
-    # fixed 2 s after the first report was too short on a slow day, and a trial without one restarts from zero.
+    # Until every trial has reported (so where it runs is known), and each on the worker node has saved a checkpoint
+    # (every 5 iterations): a trial without one restarts from zero. A fixed 2 s after the first report was too short
+    # on a slow day; waiting only for the trials that had reported missed one that started on the worker later.
     while time.monotonic() < deadline:
-        trials = [p.parent for p in exp.glob("*/result.json") if worker_id in p.read_text()]
+        reported = [p for p in exp.glob("*/result.json") if p.read_text().strip()]
+        trials = [p.parent for p in reported if worker_id in p.read_text()]
         on_worker = len(trials)
-        if trials and all(any(t.glob("checkpoint_*")) for t in trials):
+        if len(reported) >= expected and trials and all(any(t.glob("checkpoint_*")) for t in trials):
             break
         time.sleep(0.3)
     cluster.remove_node(worker)
