@@ -83,6 +83,9 @@ def test_kept_actors_that_do_not_fit_the_next_fit_are_ended_and_it_runs(ray_sess
         first = fit(Oracle, "e")
     with warm.adopting():  # what fits is reset for the new trials: the same processes
         second = fit(Oracle, "f")
-    assert warm.adopted == 2 and all(r.error is None for r in second) and live_placement_groups() == []
-    assert {r.metrics["pid"] for r in second} == {r.metrics["pid"] for r in first}
+    # Two processes, unless one trial ended before the other's actor had started and Tune gave that trial its actor
+    # (seen once in a CI emulation, 2026-11-27): then one, kept and adopted, and the second trial starts a new one.
+    kept = {r.metrics["pid"] for r in first}
+    assert warm.adopted == len(kept) and all(r.error is None for r in second) and live_placement_groups() == []
+    assert kept <= {r.metrics["pid"] for r in second}
     assert {r.metrics["episode_return_mean"] for r in second} == {r.metrics["episode_return_mean"] for r in first}
