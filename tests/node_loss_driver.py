@@ -42,8 +42,8 @@ def main(home: Path, space: Path) -> None:
     # (every 5 iterations): a trial without one restarts from zero. A fixed 2 s after the first report was too short
     # on a slow day; waiting only for the trials that had reported missed one that started on the worker later.
     while time.monotonic() < deadline:
-        reported = [p for p in exp.glob("*/result.json") if p.read_text().strip()]
-        trials = [p.parent for p in reported if worker_id in p.read_text()]
+        reported = {p.parent: text for p in exp.glob("*/result.json") if (text := p.read_text()).strip()}
+        trials = [trial for trial, text in reported.items() if worker_id in text]
         on_worker = len(trials)
         if len(reported) >= expected and trials and all(any(t.glob("checkpoint_*")) for t in trials):
             break
