@@ -445,3 +445,96 @@ def test_seeds_are_printed_as_a_range_only_when_they_run_one_by_one():
     assert seed_span([1000, 1001, 1002]) == "1000-1002"
     assert seed_span(derived_seeds(1000, 2)) == "1000, 1001000"  # a seed-batched re-evaluation's two seeds
     assert seed_span([7]) == "7" and seed_span([]) == "none finished"
+
+
+def _seed_result(candidate: int, env_steps: int, *values: float) -> dict:
+    """One result of a re-evaluation trial of len(values) seeds, each over a full window of episodes."""
+    result: dict = {"config": {CANDIDATE_KEY: candidate}, "env_steps": env_steps, "episode_return_mean": min(values)}
+    for i, value in enumerate(values):
+        result.update({f"seed_{i}/episode_return_mean": value, f"seed_{i}/episodes": 150})
+    return result
+
+
+def test_the_last_re_evaluation_trial_stops_once_its_unsolved_seeds_cannot_change_the_verdict():
+    from tune_runner.search.stopper import RankingStopper
+
+    spec, no, yes = load_spec("ppo_small"), 300.0, 480.0  # stop_at 475 within 250k env steps
+    stopper = RankingStopper(spec, count=2)
+    assert not stopper("a", _seed_result(0, 60_000, yes, no, no))
+    assert not stopper("b", _seed_result(1, 60_000, yes, no, no))
+    assert not stopper("a", _seed_result(0, 80_000, yes, yes, no))
+    assert not stopper("b", _seed_result(1, 120_000, yes, yes, no))  # a still runs: b could still win
+    assert stopper("a", _seed_result(0, 100_000, yes, yes, yes))  # a solved all: (60k + 4 x 80k + 100k) / 6
+    # b at best solves its third seed now: (60k + 4 x 120k + 120k) / 6 = 110k > 80k, and the CIs overlap either way
+    assert stopper("b", _seed_result(1, 130_000, yes, yes, no))
+
+    # the runner-up whose best case (its last seed solving now) would still win is not stopped
+    close = RankingStopper(spec, count=2)
+    assert not close("b", _seed_result(1, 50_000, yes, yes, no))
+    assert close("a", _seed_result(0, 100_000, yes, yes, yes))  # a ends: its three seeds solved at 100k
+    assert not close("b", _seed_result(1, 60_000, yes, yes, no))  # at best (50k, 50k, 60k): 51.7k beats 100k
+    assert not close("b", _seed_result(1, 200_000, yes, yes, no))  # (50k, 50k, 200k): 75k still would
+
+    # nor one whose winner would be clear in the worst case but not in the best: a (30k, 31k, 40k), CI up to 40k;
+    # b unsolved at 35k could solve all now (CI from 35k: overlaps) or never (CI from 250k: clear)
+    flip = RankingStopper(spec, count=2)
+    for steps, values in ((30_000, (yes, no, no)), (31_000, (yes, yes, no)), (40_000, (yes, yes, yes))):
+        flip("a", _seed_result(0, steps, *values))
+    assert not flip("b", _seed_result(1, 35_000, no, no, no))
+    assert flip("b", _seed_result(1, 45_000, no, no, no))  # past a's CI: clear at best and at worst
+
+    # nor the winner, even when no outcome changes the verdict: its unsolved seed would count at the budget
+    lead = RankingStopper(spec, count=2)
+    assert lead("a", _seed_result(0, 250_000, *[no] * 6))
+    assert not lead("b", _seed_result(1, 60_000, *[yes] * 5, no))  # worst: CI to 155k, clear of a's 250k
+    assert lead._verdict([lead.trials["a"]], lead.trials["b"], best=False) == ((1, 0), True)  # first, clear at worst
+
+    # with two trials still running nothing is decided; a result without a candidate is EverySeedStopper's
+    three = RankingStopper(spec, count=3)
+    assert three("a", _seed_result(0, 40_000, yes, yes, yes))
+    assert not three("b", _seed_result(1, 200_000, yes, no, no))
+    assert not three("plain", {k: v for k, v in _seed_result(0, 200_000, yes, no, no).items() if k != "config"})
+
+
+def test_a_stopped_runner_up_counts_at_the_budget_and_says_where_it_stopped(tmp_path):
+    import json
+
+    from tune_runner.results.report import _verdict_table, save_verdict
+
+    stopped = summarise(Candidate("b", {}, 478.0), [SeedRun(1000, 480.0, 60_000), SeedRun(1001, 480.0, 120_000),
+                                                    SeedRun(1002, 300.0, None, stopped_at=130_000)], target=TARGET)
+    assert stopped.steps == (60_000, 120_000, 250_000) and stopped.stopped_at == 130_000
+    verdict = rank([stopped, _solved("a", 60_000, 80_000, 100_000)], mode="max", target=TARGET)
+    assert describe(verdict, metric="episode_return_mean")[1].endswith(
+        "(search: episode_return_mean 478.0, unsolved); stopped at 130k env steps, where its unsolved seeds could no "
+        "longer change the verdict (they count at the budget)")
+    saved = json.loads(save_verdict(verdict, tmp_path, metric="episode_return_mean").read_text())
+    assert saved["ranking"][1]["stopped_at"] == 130_000 and saved["ranking"][0]["stopped_at"] is None
+    assert "60k, 120k, unsolved, stopped at 130k" in _verdict_table(saved)
+    from tune_runner.results.robust import load_verdict
+
+    assert load_verdict(saved, budget=250_000) == verdict
+
+
+def test_batched_runs_mark_the_unsolved_seeds_of_a_trial_that_ended_before_the_budget_without_an_error():
+    import pandas as pd
+
+    from tune_runner.search.reevaluate import _batched_runs
+    from tune_runner.spec import reserved
+
+    class Trial:
+        def __init__(self, candidate: int, rows: list[tuple[int, float, float]], error: Exception | None = None):
+            self.config = {CANDIDATE_KEY: candidate, "seed": 1000, reserved.SEEDS_KEY: 2}
+            self.error, self.path = error, f"/exp/trial_{candidate}"
+            self.metrics_dataframe = pd.DataFrame(
+                [{"env_steps": s, "seed_0/episode_return_mean": a, "seed_1/episode_return_mean": b,
+                  "seed_0/episodes": 150, "seed_1/episodes": 150} for s, a, b in rows])
+
+    spec = load_spec("ppo_small")
+    stopped = Trial(0, [(60_000, 480.0, 300.0), (130_000, 480.0, 320.0)])
+    failed = Trial(1, [(60_000, 480.0, 300.0)], error=RuntimeError("lost"))
+    full = Trial(2, [(60_000, 480.0, 300.0), (250_000, 480.0, 320.0)])
+    runs = _batched_runs([stopped, failed, full], spec, count=3)
+    assert [(r.reached_at, r.stopped_at) for r in runs[0]] == [(60_000, None), (None, 130_000)]
+    assert [(r.reached_at, r.stopped_at) for r in runs[1]] == [(60_000, None), (None, None)]
+    assert [(r.reached_at, r.stopped_at) for r in runs[2]] == [(60_000, None), (None, None)]

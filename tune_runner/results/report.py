@@ -41,7 +41,7 @@ def save_verdict(verdict: Any, folder: Path, *, metric: str) -> Path:
     for e in verdict.ranked:
         row = {"trial_id": e.candidate.trial_id, "config": e.candidate.config, "search_score": e.candidate.search_score,
                "seeds": list(e.seeds), "returns": list(e.returns), "iqm": e.iqm, "ci": list(e.ci),
-               "trial_paths": [None if t is None else str(t) for t in e.trial_paths]}
+               "trial_paths": [None if t is None else str(t) for t in e.trial_paths], "stopped_at": e.stopped_at}
         if target is not None:
             row.update(summary=headline(e, target), solved=list(e.solved), steps=list(e.steps),
                        steps_iqm=e.steps_iqm, steps_ci=list(e.steps_ci), search_steps=e.candidate.search_steps)
@@ -275,13 +275,22 @@ def _verdict_table(reevaluation: dict) -> str:
             low, high = row["steps_ci"]
             cells = (f"<td>{sum(row['solved'])}/{len(row['solved'])}</td><td>{fmt_steps(row['steps_iqm'])}</td>"
                      f"<td>[{fmt_steps(low)}, {fmt_steps(high)}]</td>"
-                     f"<td>{', '.join(fmt_steps(s) for s in row['steps'])}</td><td>{row['iqm']:.1f}</td>")
+                     f"<td>{_per_seed_steps(row)}</td><td>{row['iqm']:.1f}</td>")
         else:
             returns = ", ".join(f"{r:.1f}" for r in row["returns"])
             cells = f"<td>{row['iqm']:.1f}</td><td>[{row['ci'][0]:.1f}, {row['ci'][1]:.1f}]</td><td>{returns}</td>"
         parts.append(f"<tr><td>{place}</td><td>{e(row['trial_id'])}</td>{cells}<td>{_search(row)}</td></tr>")
     parts.append(f"</table><p><b>{e(reevaluation['verdict'])}</b></p>")
     return "".join(parts)
+
+
+def _per_seed_steps(row: dict) -> str:
+    """Each seed's env steps to stop_at; an unsolved seed of a candidate stopped once decided shows where."""
+    from tune_runner.results.robust import fmt_steps
+
+    stopped = row.get("stopped_at")
+    return ", ".join(fmt_steps(steps) if solved or stopped is None else f"unsolved, stopped at {fmt_steps(stopped)}"
+                     for steps, solved in zip(row["steps"], row["solved"], strict=False))
 
 
 def _search(row: dict) -> str:

@@ -114,6 +114,9 @@ class SeedRun:
     reached_at: int | None = None
     trial_path: str | None = None
     """The re-evaluation trial folder it trained in (one per seed, or one for a trial of several seeds)."""
+    stopped_at: int | None = None
+    """Unsolved, and stopped at these env steps before the budget because nothing it could still do would change
+    the verdict (search.stopper.RankingStopper); it counts at the budget, as a run that never solved."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class Evaluated:
     steps_ci: tuple[float, float] = (math.nan, math.nan)
     trial_paths: tuple[str | None, ...] = ()
     """Each seed's re-evaluation trial folder, in `seeds` order."""
+    stopped_at: int | None = None
+    """Where its unsolved seeds were stopped, once they could no longer change the verdict (SeedRun.stopped_at)."""
 
     @property
     def share(self) -> float:
@@ -147,8 +152,9 @@ def summarise(candidate: Candidate, runs: Sequence[SeedRun], *, target: Target |
     """A candidate's Evaluated from its runs; with a target, a seed that did not solve counts at the budget."""
     runs = sorted(runs, key=lambda r: r.seed)
     returns = tuple(r.final for r in runs)
+    stopped = [r.stopped_at for r in runs if r.stopped_at is not None]
     evaluated = Evaluated(candidate, tuple(r.seed for r in runs), returns, iqm(returns), bootstrap_ci(returns),
-                          trial_paths=tuple(r.trial_path for r in runs))
+                          trial_paths=tuple(r.trial_path for r in runs), stopped_at=max(stopped, default=None))
     if target is None:
         return evaluated
     steps = tuple(target.budget if r.reached_at is None else int(r.reached_at) for r in runs)
@@ -182,7 +188,8 @@ def load_verdict(data: Any, *, budget: int) -> Verdict | None:
         tuple(number(v) for v in r["ci"]), solved=tuple(bool(v) for v in r.get("solved", ())),
         steps=tuple(int(v) for v in r.get("steps", ())), steps_iqm=number(r.get("steps_iqm")),
         steps_ci=tuple(number(v) for v in r.get("steps_ci", (None, None))),
-        trial_paths=tuple(r.get("trial_paths", ()))) for r in rows)
+        trial_paths=tuple(r.get("trial_paths", ())),
+        stopped_at=None if r.get("stopped_at") is None else int(r["stopped_at"])) for r in rows)
     target = None if data.get("stop_at") is None else Target(float(data["stop_at"]), int(budget))
     return Verdict(ranked, bool(data.get("clear_winner")), target) if ranked else None
 
@@ -326,6 +333,14 @@ def headline(evaluated: Evaluated, target: Target) -> str:
             f"{target.label} [{CONFIDENCE:.0%} CI {fmt_steps(low)}, {fmt_steps(high)}]")
 
 
+def stopped_note(evaluated: Evaluated) -> str:
+    """`; stopped at 122k env steps: ...` for a candidate whose unsolved seeds were stopped early, else ''."""
+    if evaluated.stopped_at is None:
+        return ""
+    return (f"; stopped at {fmt_steps(evaluated.stopped_at)} env steps, where its unsolved seeds could no longer "
+            f"change the verdict (they count at the budget)")
+
+
 def scope(verdict: Verdict) -> str:
     """How the re-evaluation chose the best trial, for its `Best.scope`."""
     if verdict.target is None:
@@ -356,6 +371,6 @@ def describe(verdict: Verdict, *, metric: str) -> list[str]:
         steps = ev.candidate.search_steps
         found = f"solved at {fmt_steps(steps)} env steps" if steps is not None else f"{metric} {search:.1f}, unsolved"
         lines.append(f"#{place} {ev.candidate.trial_id}  {headline(ev, verdict.target)}  over seeds {seeds}  "
-                     f"(search: {found})")
+                     f"(search: {found}){stopped_note(ev)}")
     lines.append(verdict.sentence())
     return lines

@@ -73,11 +73,12 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
     print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
           f"{spec.budget_env_steps:,} env steps{', seeds batched: one trial per config' if record.seeds else ''})",
           file=out, flush=True)
+    stopper = _stopper(spec, batched=record.seeds, count=len(picks))
     tuner = tune.Tuner(
         record.trainable_class(), param_space=space,
         tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
                                     max_concurrent_trials=spec.max_concurrent, search_alg=_generator(spec)),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=_stopper(spec, batched=record.seeds),
+        run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stopper,
                                   verbose=0, callbacks=[_Progress(picks, spec, out), ProgressCSV(),
                                                         JsonLoggerCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1),
@@ -120,10 +121,12 @@ def _generator(spec: ExperimentSpec) -> Any:
     return PruningVariantGenerator(spec.space)
 
 
-def _stopper(spec: ExperimentSpec, *, batched: bool) -> Any:
-    from tune_runner.search.stopper import BudgetStopper, EverySeedStopper
+def _stopper(spec: ExperimentSpec, *, batched: bool, count: int) -> Any:
+    """One trial per seed: each ends at stop_at or the budget. One trial of all seeds per candidate: once every
+    seed has reached stop_at, or the budget, or when its unsolved seeds can no longer change the verdict."""
+    from tune_runner.search.stopper import BudgetStopper, RankingStopper
 
-    return EverySeedStopper(spec) if batched else BudgetStopper(spec)
+    return RankingStopper(spec, count=count) if batched else BudgetStopper(spec)
 
 
 def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list[SeedRun]]:
@@ -150,14 +153,19 @@ def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, l
         config, history = result.config or {}, result.metrics_dataframe
         if history is None or not len(history):
             continue
+        env_steps = history["env_steps"].tolist()
+        # Ended before the budget with a seed unsolved, and not by an error: RankingStopper found it decided
+        stopped = int(env_steps[-1]) if result.error is None and int(env_steps[-1]) < spec.budget_env_steps else None
         for index, seed in enumerate(seed_numbers(config)):
             column = seed_key(index, spec.metric)
             if column in history:
                 episodes = seed_key(index, "episodes")
-                run = _seed_run(spec, seed, history[column].tolist(), history["env_steps"].tolist(),
+                run = _seed_run(spec, seed, history[column].tolist(), env_steps,
                                 history[episodes].tolist() if episodes in history else None, config=config)
                 if run is not None:
-                    runs[int(config[CANDIDATE_KEY])].append(replace(run, trial_path=result.path))
+                    run = replace(run, trial_path=result.path,
+                                  stopped_at=stopped if run.reached_at is None else None)
+                    runs[int(config[CANDIDATE_KEY])].append(run)
     return runs
 
 
@@ -250,7 +258,9 @@ def _solved_said(config: dict[str, Any], last: dict[str, Any], reached: set[int]
     if k == 1:
         return f", solved at {steps:,} env steps" if spec.reached(last) \
             else f", not solved in {spec.budget_env_steps:,} env steps"
-    return f", {len(reached)}/{k} seeds solved in {steps:,} env steps"
+    early = "; stopped: its unsolved seeds could no longer change the verdict" \
+        if len(reached) < k and steps < spec.budget_env_steps else ""
+    return f", {len(reached)}/{k} seeds solved in {steps:,} env steps{early}"
 
 
 def _Progress(picks: Sequence[Candidate], spec: ExperimentSpec, out: TextIO) -> Any:  # noqa: N802 - a class factory
