@@ -66,7 +66,8 @@ def test_each_readers_subset_is_built_from_the_one_list():
     from tune_runner.trainables import oracle, trial
 
     assert set(trial.TRIAL_KEYS) == set(reserved.RESERVED)  # the learner sees none of them
-    assert set(trial.ENV_KEYS) | {"num_env_runners", "env_task_fn", *reserved.RESOURCE_KEYS} == set(reserved.RESERVED)
+    assert set(trial.ENV_KEYS) | {"num_env_runners", "env_task_fn", reserved.MIN_TIME_KEY, *reserved.RESOURCE_KEYS} \
+        == set(reserved.RESERVED)  # RLlib reads num_env_runners and min_time_s_per_iteration as its own
     assert all(key in reserved.RESERVED for key in reserved.NOT_EXPORTED + reserved.NOT_ORACLE + reserved.TOP_LEVEL)
     config = {"env": "CartPole-v1", "env_config": {}, "x": 0.3, "tune_rl_plugins": ["/p.py"], "cpus_per_trial": 1,
               "tune_rl_candidate": 0}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -212,3 +213,25 @@ def test_a_user_agent_reports_none_for_a_loss_it_did_not_compute(monkeypatch):
     with pytest.raises(NonFiniteError, match="^policy_loss is nan at 300 env steps"):
         trainable.train()  # a NaN it computed is still divergence
     trainable.stop()
+
+
+def test_min_time_s_per_iteration_trains_several_learner_iterations_per_report():
+    one = OwnPPO(config=dict(PPO_CONFIG))
+    grouped = OwnPPO(config={**PPO_CONFIG, "min_time_s_per_iteration": 0.3})
+    try:
+        single, start = one.train(), time.perf_counter()
+        result = grouped.train()
+        took = time.perf_counter() - start
+        # 256 env steps an iteration (less the autoreset steps): one in a report, or as many as 0.3 s hold
+        assert single["env_steps"] <= 256 and result["env_steps"] >= 4 * 256
+        assert took >= 0.3 and result["time_this_iter_s"] >= 0.3
+        assert result["sps"] == pytest.approx(result["env_steps"] / result["time_this_iter_s"], rel=0.2)
+        assert grouped.train()["training_iteration"] == 2  # Tune counts reports, not learner iterations
+    finally:
+        one.stop()
+        grouped.stop()
+    for bad in (-1, "0.1", True, 1e9):
+        assert check_config("ppo", {**PPO_CONFIG, "min_time_s_per_iteration": bad}).startswith(
+            f"min_time_s_per_iteration must be seconds from 0 to 3600 (or null: one learner iteration a report), "
+            f"got {bad!r}")
+    assert check_config("ppo", {**PPO_CONFIG, "min_time_s_per_iteration": None}) is None

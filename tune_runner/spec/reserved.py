@@ -14,6 +14,7 @@ CANDIDATE_KEY = "tune_rl_candidate"
 PLUGINS_KEY = "tune_rl_plugins"
 BUDGET_KEY = "tune_rl_budget"
 SEEDS_KEY, AGGREGATE_KEY = "seeds_per_trial", "seed_aggregate"
+MIN_TIME_KEY = "min_time_s_per_iteration"
 # Every reserved key, with why it is in a trial config.
 RESERVED: dict[str, str] = {
     "env": "the gymnasium env id: the space file's top-level env",
@@ -25,6 +26,8 @@ RESERVED: dict[str, str] = {
     "gpus_per_trial": "the GPUs of one trial of our trainables or the oracle (--gpus-per-trial, or fixed:)",
     "num_env_runners": "rollout workers of our ppo/dqn, started by the trial (RLlib reads its own key of that name)",
     "env_task_fn": "a curriculum's task function, FILE:FUNCTION (trainables/curriculum.py)",
+    MIN_TIME_KEY: "the least seconds of learner iterations our trials train between two reports (RLlib reads its "
+                  "own key of that name)",
     SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seeds.py)",
     AGGREGATE_KEY: "how the trial sums its seeds up under each metric's plain name (iqm, mean, median, min)",
 }

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tune_runner import metrics
 from tune_runner.errors import UserError, closest
-from tune_runner.spec.reserved import RESOURCE_KEYS
+from tune_runner.spec.reserved import MIN_TIME_KEY, RESOURCE_KEYS
 from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class OwnBackend(Backend):
         from tune_runner.trainables import agents
 
         fields = [f.name for f in dataclasses.fields(agents.config_class(self.name)) if f.name not in BY_THE_TRIAL]
-        return [*fields, *ALIASES, "num_env_runners", *RESOURCE_KEYS, TASK_FN]
+        return [*fields, *ALIASES, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         valid = self.setting_names()
@@ -176,7 +176,7 @@ class AgentBackend(OwnBackend):
 
         if agents.is_ours(self.name):
             return super().setting_names()
-        return [*agents.config_class(self.name).names(), *RESOURCE_KEYS, TASK_FN]
+        return [*agents.config_class(self.name).names(), MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
 
 
 ORACLE_CLASSES = {"oracle": "Oracle", "oracle/stateless": "stateless_oracle",
