@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tune_runner.search.reaper import marked
+from tune_runner.search.reaper import alive, descendants, marked, started
 
 pytestmark = pytest.mark.e2e
 
@@ -146,16 +146,16 @@ def test_kill_9_of_the_driver_leaves_no_ray_process_and_resume_finishes(ray_sess
     space = slow_oracle(tmp_path / "k.yaml")
     proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "kk", "--num-cpus", "2")
     wait_for(proc, "25%")
-    before = marked(proc.pid)
-    assert len(before) >= 3, before  # GCS, raylet, dashboard agents, workers...
+    before = ray_processes(proc.pid)
+    assert len(before) >= 5, before  # GCS, raylet, the dashboard and runtime-env agents, workers...
     proc.kill()  # SIGKILL to the driver only, as `kill -9 PID` does
     proc.wait(timeout=10)
     deadline = time.monotonic() + 20
-    while marked(proc.pid) and time.monotonic() < deadline:
+    while still_running(before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    stray = marked(proc.pid)
+    stray = still_running(before)
     print(f"\nRay processes of the killed driver: {len(before)} before, {len(stray)} left after the reaper")
-    assert stray == []
+    assert stray == [] and marked(proc.pid) == []
     result = cli("resume", "kk")
     assert result.status == 0, result.out + result.err
     lost = assert_finished_without_restarts(_isolated_home / "results" / "kk", 3)
@@ -188,17 +188,59 @@ def test_a_trial_that_keeps_failing_is_errored_everywhere_and_the_search_finishe
 
 
 def test_the_console_script_leaves_with_the_searchs_status_its_output_and_no_ray_behind(_isolated_home, tmp_path):
-    """`tune-rl search` in its own process ends without Python's teardown once Ray is shut down (cli.main.leave):
-    the exit status is still the search's, every line of its summary is out, and no Ray process remains."""
+    """`tune-rl search` in its own process ends without Python's teardown once it has ended its local Ray itself
+    (cli.main.leave, cluster.end_local_ray): the exit status is still the search's, every line of its summary is
+    out, nothing of Ray's is printed after it, and no Ray process remains, with the reaper paused (SIGSTOP) so
+    that only the driver can have ended them."""
     space = slow_oracle(tmp_path / "x.yaml", trials=2, sleep_s=0.0, fail_at=12_000)
     proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "leaves", "--num-cpus", "2",
                         "--max-failures", "0")
-    out, _ = proc.communicate(timeout=300)
+    reaper = None
+    while reaper is None and proc.poll() is None:
+        reaper = _reaper_of(proc.pid)
+        time.sleep(0.05)
+    assert reaper is not None, "the search ended before its reaper was seen"
+    os.kill(reaper, signal.SIGSTOP)
+    try:
+        seen: dict[int, str | None] = {}
+        while proc.poll() is None:  # every Ray process the driver had, agents included
+            seen.update(ray_processes(proc.pid))
+            time.sleep(0.1)
+        out, _ = proc.communicate(timeout=300)
+        assert len(seen) >= 4, seen
+        deadline = time.monotonic() + 5
+        while (still_running(seen) or marked(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_running(seen) == [] and marked(proc.pid) == []  # ended by the driver: its reaper was paused
+    finally:
+        os.kill(reaper, signal.SIGCONT)  # it reaps whatever the driver left, and exits
     assert proc.returncode == 3, out  # every trial failed: not 0 from a hurried exit
     assert out.rstrip().splitlines()[-1].startswith("exported "), out[-2000:]  # the summary's last line, flushed
     assert (_isolated_home / "results" / "leaves" / "tune_rl_finished.json").is_file()
-    time.sleep(1)
-    assert marked(proc.pid) == []  # shut down by the driver, not left to the reaper
+
+
+def ray_processes(driver: int) -> dict[int, str | None]:
+    """The driver's Ray processes now (its descendants and the marked ones, never its reaper), each with the moment
+    it started: a pid alone could be a later, unrelated process by the time it is checked again."""
+    return {pid: started(pid) for pid in {*descendants(driver), *marked(driver)}}
+
+
+def still_running(processes: dict[int, str | None]) -> list[int]:
+    """Those of `processes` that are still the same, living processes (not zombies)."""
+    return [pid for pid, start in processes.items() if start is not None and started(pid) == start and alive(pid)]
+
+
+def _reaper_of(driver: int) -> int | None:
+    """The pid of the reaper that watches `driver` (python -m tune_runner.search.reaper DRIVER), if running."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"tune_runner.search.reaper" in args and str(driver).encode() in args:
+                return int(entry.name)
+    return None
 
 
 def test_nan_in_a_loss_stops_the_trial_as_errored_with_the_reason(ray_session, cli, _isolated_home, tmp_path):

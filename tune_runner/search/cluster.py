@@ -81,6 +81,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     preload = {"preload_python_modules": list(worker_modules)} if worker_modules else None
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
              _system_config=preload, **logs)
+    _LOCAL["driver"] = os.getpid()
     if class_cache is not None:
         _trial_actors_inherit_env(class_cache)
     import subprocess
@@ -92,6 +93,34 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
 
 
 _LOCAL: dict[str, object] = {}  # the local Ray we started: its job id and the environment its workers inherited
+
+
+def end_local_ray() -> bool:
+    """End the local Ray this process started, for a command about to leave: SIGKILL to every process of it at
+    once (this process's descendants: GCS, raylet, agents, workers; and any other carrying the reaper's mark;
+    not the reaper). True when it did; False, with nothing
+    done, when this process started no local Ray (none, or a joined cluster: ray.shutdown then).
+
+    ray.shutdown stops Ray's processes one type at a time and waits up to a second for each (1.2 s after `make
+    search`), and a finished command needs none of them: its files and MLflow runs are written by then. Our
+    stderr goes to /dev/null first, so a Ray thread of this process that notices its GCS go cannot print into
+    the summary; the caller leaves at once with os._exit."""
+    import signal
+
+    from tune_runner.search import reaper
+
+    if _LOCAL.get("driver") != os.getpid():
+        return False
+    pids = sorted(set(reaper.marked(os.getpid())) | set(reaper.descendants(os.getpid())))
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return True
 
 
 def _trial_actors_inherit_env(class_cache: Any) -> None:

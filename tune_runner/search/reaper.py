@@ -8,9 +8,11 @@ the raylet forks) and starts this watchdog in its own session:
 
     python -m tune_runner.search.reaper DRIVER_PID
 
-It polls the driver; once the driver is gone it sends SIGTERM to every process carrying the
-mark, waits, sends SIGKILL to what is left, and exits. A driver that shuts Ray down itself
-leaves nothing to reap. Linux only (it reads /proc); elsewhere it exits at once.
+It polls the driver, noting its descendants each time; once the driver is gone it sends SIGTERM to
+every process carrying the mark and to those last noted (when still the same processes: Ray's agents
+write their title over their environment, so /proc shows them no mark), waits, sends SIGKILL to what
+is left, and exits. A driver that ends its Ray itself (cluster.end_local_ray) leaves nothing to
+reap. Linux only (it reads /proc); elsewhere it exits at once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 MARK = "TUNE_RL_DRIVER_PID"
+MODULE = "tune_runner.search.reaper"  # as `python -m` names it in the watchdog's command line
 
 
 def marked(driver: int) -> list[int]:
@@ -40,6 +43,33 @@ def marked(driver: int) -> list[int]:
     return found
 
 
+def descendants(parent: int) -> list[int]:
+    """Pids of `parent`'s children, their children and so on, as /proc shows them now; never a reaper.
+
+    Ray's dashboard and runtime-env agents rewrite their process title over their environment, so /proc shows
+    them no mark (`marked` misses them); while their raylet lives they are its children."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(parent, []))
+    while todo:
+        pid = todo.pop()
+        try:
+            reaper = MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not reaper:
+            found.append(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -54,9 +84,19 @@ def alive(pid: int) -> bool:
         return True
 
 
-def reap(driver: int, *, grace_s: float = 3.0) -> int:
-    """End every marked process; returns how many there were."""
-    pids = marked(driver)
+def started(pid: int) -> str | None:
+    """When `pid` started (/proc's clock ticks since boot), which tells a process from a later one given its pid;
+    None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def reap(driver: int, *, grace_s: float = 3.0, known: dict[int, str | None] | None = None) -> int:
+    """End every marked process, and those of `known` (pid: `started`) that are still the same processes;
+    returns how many there were."""
+    pids = sorted({*marked(driver), *(pid for pid, start in (known or {}).items() if start and started(pid) == start)})
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -74,9 +114,13 @@ def reap(driver: int, *, grace_s: float = 3.0) -> int:
 
 
 def watch(driver: int, *, poll_s: float = 0.5) -> None:
+    """Wait for the driver to die, noting its descendants at each poll (its Ray agents carry no readable mark and
+    are orphaned with it), then reap the marked processes and the last noted ones."""
+    known: dict[int, str | None] = {}
     while alive(driver):
+        known = {pid: started(pid) for pid in descendants(driver)}
         time.sleep(poll_s)
-    reap(driver)
+    reap(driver, known=known)
 
 
 def main() -> None:
