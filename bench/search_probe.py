@@ -14,7 +14,9 @@ controller by name and leave out any a version lacks, so one probe measures both
 - `actors`: per Ray worker, from Ray's timeline: its busy seconds, the seconds of its actor's
   __init__, and the gaps between one task (train, save, reset) and the next, which is how long a
   trial waits for Tune's loop between its iterations;
-- `driver_cpu_s` and `wall_s` of this process (from its first line to the CLI's return), `started_at`.
+- `driver_cpu_s` and `wall_s` of this process (from its first line to the CLI's return), `started_at`;
+- `probe_s` and `probe_cpu_s`: the wall and CPU seconds this probe spent reading Ray's timeline after the
+  runner's `_finish` (about 1 s), which a user's `tune-rl search` does not spend.
 """
 
 from __future__ import annotations
@@ -143,8 +145,11 @@ def install(out: str) -> None:
     def finish_then_read_timeline(*args: Any, **kwargs: Any) -> Any:
         try:
             return finish(*args, **kwargs)
-        finally:  # Ray is still up here: the runner shuts it down at exit
+        finally:  # Ray is still up here: the runner ends it at exit. Reading the timeline takes about 1 s: the
+            # probe's own time, which search_e2e.py takes off the wall and the driver's CPU
+            began, cpu = now(), time.process_time()
             RECORD["actors"] = actor_spans()
+            RECORD.update(probe_s=now() - began, probe_cpu_s=time.process_time() - cpu)
 
     runner._finish = finish_then_read_timeline
 

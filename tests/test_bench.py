@@ -136,6 +136,13 @@ def test_the_search_benchmark_splits_a_run_into_its_stages():
     assert row["new actor to 1st iteration (max)"] == 4.5 and row["reused actor to 1st iteration (max)"] == 0.3
     assert (row["  search's new actors (max)"], row["  re-evaluation's new actors (max)"]) == (4.5, 3.5)  # fit ends 38
     assert row["gap between iterations (ms)"] == pytest.approx(3.0)
+    # The probe's own second reading Ray's timeline is no part of the search; the bundle's end, issue 16's measure
+    probed = e2e.numbers({**probe_record(), "probe_s": 1.0, "probe_cpu_s": 0.75,
+                          "phases": [*probe_record()["phases"], {"name": "bundle", "start": 59.2, "seconds": 0.1}]},
+                         num_cpus=2)
+    assert (probed["wall"], probed["after the re-evaluation"], probed["driver CPU"]) == (64.0, 3.0, 19.25)
+    assert probed["Ray start to exported bundle"] == pytest.approx(56.3) and probed["exit"] == 1.5  # 59.3 - 3
+    assert row["Ray start to exported bundle"] != row["Ray start to exported bundle"]  # NaN: a version without it
     ours = e2e.numbers({**probe_record(), "outer_wall_s": 32.5}, num_cpus=2)
     table = e2e.table({"base": [row], "ours": [ours]})
     assert "| wall " in table and table.splitlines()[2].rstrip().endswith("|      0.50 |")  # ours / base
