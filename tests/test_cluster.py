@@ -28,3 +28,30 @@ def test_staged_plugins_are_the_modules_the_trials_import(tmp_path):
                        plugins[1]: "module:tune_rl_user_plugins.p1_agent_v2"}
     assert trial_plugins(spec, shipped).plugins == (*shipped.values(), "module:already.there")
     assert trial_plugins(spec, {}).plugins == spec.plugins  # a local Ray: the trials read the files themselves
+
+
+def test_only_a_local_ray_this_process_started_is_killed_at_exit_and_only_where_proc_lists_it(monkeypatch):
+    """cluster.end_local_ray, with the process table and the signals replaced (nothing is killed here): it ends
+    its own local Ray's processes, and leaves a joined cluster, or a system without /proc, to ray.shutdown."""
+    import os
+
+    from tune_runner.search import cluster, reaper
+
+    killed, redirected = [], []
+    monkeypatch.setattr(reaper, "marked", lambda driver: [101, 102])
+    monkeypatch.setattr(reaper, "descendants", lambda driver: [102, 103])
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    monkeypatch.setattr(os, "dup2", lambda fd, fd2: redirected.append(fd2))
+    monkeypatch.setattr(cluster, "_LOCAL", {})
+    assert cluster.end_local_ray() is False and killed == []  # no local Ray started here: a joined cluster, or none
+    monkeypatch.setattr(cluster, "_LOCAL", {"driver": os.getpid() + 1})
+    assert cluster.end_local_ray() is False and killed == []  # started by another process (a fork of this one)
+    monkeypatch.setattr(cluster, "_LOCAL", {"driver": os.getpid()})
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda path: False if path == "/proc" else real_isdir(path))
+    assert cluster.end_local_ray() is False and killed == []  # macOS, Windows: ray.shutdown
+    monkeypatch.setattr(os.path, "isdir", real_isdir)
+    assert cluster.end_local_ray() is True
+    import signal
+
+    assert killed == [(101, signal.SIGKILL), (102, signal.SIGKILL), (103, signal.SIGKILL)] and redirected == [2]

@@ -99,7 +99,8 @@ def end_local_ray() -> bool:
     """End the local Ray this process started, for a command about to leave: SIGKILL to every process of it at
     once (this process's descendants: GCS, raylet, agents, workers; and any other carrying the reaper's mark;
     not the reaper). True when it did; False, with nothing
-    done, when this process started no local Ray (none, or a joined cluster: ray.shutdown then).
+    done, when this process started no local Ray (none, or a joined cluster) or where there is no /proc to find
+    Ray's processes in (not Linux): ray.shutdown then.
 
     ray.shutdown stops Ray's processes one type at a time and waits up to a second for each (1.2 s after `make
     search`), and a finished command needs none of them: its files and MLflow runs are written by then. Our
@@ -109,7 +110,7 @@ def end_local_ray() -> bool:
 
     from tune_runner.search import reaper
 
-    if _LOCAL.get("driver") != os.getpid():
+    if _LOCAL.get("driver") != os.getpid() or not os.path.isdir("/proc"):  # the process table is read from /proc
         return False
     pids = sorted(set(reaper.marked(os.getpid())) | set(reaper.descendants(os.getpid())))
     sys.stderr.flush()
