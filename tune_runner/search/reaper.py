@@ -43,6 +43,15 @@ def marked(driver: int) -> list[int]:
     return found
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ..., starttime at 19), or None when the process
+    is gone or unreadable. The name is cut at its last ") ": a process may call itself anything."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(parent: int) -> list[int]:
     """Pids of `parent`'s children, their children and so on, as /proc shows them now; never a reaper.
 
@@ -50,13 +59,9 @@ def descendants(parent: int) -> list[int]:
     them no mark (`marked` misses them); while their raylet lives they are its children."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], list(children.get(parent, []))
     while todo:
         pid = todo.pop()
@@ -77,20 +82,15 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:  # a zombie is dead for our purposes
-        return stat.read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = stat_fields(pid)
+    return fields is None or fields[0] != "Z"  # a zombie is dead for our purposes
 
 
 def started(pid: int) -> str | None:
     """When `pid` started (/proc's clock ticks since boot), which tells a process from a later one given its pid;
     None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = stat_fields(pid)
+    return None if fields is None else fields[19]
 
 
 def reap(driver: int, *, grace_s: float = 3.0, known: dict[int, str | None] | None = None) -> int:
