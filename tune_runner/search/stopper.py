@@ -121,7 +121,7 @@ class RankingStopper(EverySeedStopper):
         from tune_runner.results import robust
 
         extreme = 1e300 if (self.spec.mode == "max") == best else -1e300
-        evaluated = []
+        target, evaluated = robust.target_of(self.spec), []
         for trial in sorted([*others, running], key=lambda t: t.candidate):
             runs = []
             for index, value in sorted(trial.values.items()):
@@ -130,6 +130,6 @@ class RankingStopper(EverySeedStopper):
                     value, reached = extreme, (trial.env_steps if best else None)
                 runs.append(robust.SeedRun(index, value, reached))
             candidate = robust.Candidate(str(trial.candidate), {}, 0.0)
-            evaluated.append(robust.summarise(candidate, runs, target=robust.target_of(self.spec)))
-        verdict = robust.rank(evaluated, mode=self.spec.mode, target=robust.target_of(self.spec))
+            evaluated.append(robust.summarise(candidate, runs, target=target))
+        verdict = robust.rank(evaluated, mode=self.spec.mode, target=target)
         return tuple(int(e.candidate.trial_id) for e in verdict.ranked), verdict.clear
