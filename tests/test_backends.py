@@ -192,12 +192,12 @@ print(json.dumps([checked, "torch" in sys.modules]))
 """
 
 
-@pytest.mark.e2e  # a fresh interpreter checking five spaces (3 s): with the e2e tests, units stay in-process
+@pytest.mark.e2e  # a fresh interpreter checking six spaces (3 s): with the e2e tests, units stay in-process
 def test_the_checks_and_the_export_of_our_learners_configs_import_no_torch():
     """The driver checks every corner of a space before Ray starts and resolves the best config for best.yaml;
     for our learners both need only the config classes. Importing torch there cost `make search` 2-4 s of CPU
     before Ray's start (bench/search_e2e.py), on the 2 cores its trials train on."""
-    spaces = ["ppo_small", "dqn_small", "ppo_pendulum", "curriculum", "masked_choice"]
+    spaces = ["ppo_small", "dqn_small", "ppo_pendulum", "ppo_minatar_breakout", "curriculum", "masked_choice"]
     ran = subprocess.run([sys.executable, "-c", CHECKS_WITHOUT_TORCH, *spaces], capture_output=True, text=True,
                          timeout=120)
     checked, torch_imported = json.loads(ran.stdout)

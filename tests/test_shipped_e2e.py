@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in paths.shipped("search_spaces").glob("*.yaml"))
 # The spaces tested here, each exactly as shipped. curriculum.yaml ran with 1 trial of its 4 until 2026-11-27,
 # which skips the re-evaluation: its re-evaluation trials (2 seeds in one) failed for every user while this passed.
-TESTED = {"ppo_small", "dqn_small", "curriculum", "masked_choice", "ppo_pendulum", "oracle"}
+TESTED = {"ppo_small", "dqn_small", "curriculum", "masked_choice", "ppo_pendulum", "ppo_minatar_breakout", "oracle"}
 
 
 def finished_search(home: Path, name: str) -> tuple[list, dict]:
@@ -158,6 +158,47 @@ def test_shipped_pendulum_space_solves_and_its_policy_acts_in_the_box(ray_sessio
     actions = np.load(tmp_path / "actions0.npy")
     assert actions.dtype == np.float32 and actions.shape == (100, 1) and np.abs(actions).max() <= 2.0
     np.testing.assert_array_equal(actions, policy.compute_actions(obs))
+
+
+def test_shipped_minatar_space_plays_breakout_and_its_mlflow_model_sees_the_images(ray_session, cli, _isolated_home,
+                                                                                   tmp_path):
+    """ppo_minatar_breakout.yaml (10x10x4 image observations through the CNN): the exported config reached stop_at
+    (8 bricks; random play scores about 0.4) on a fresh seed, its policy plays far above random, and its MLflow
+    model, loaded by MLflow alone from flat observations as its signature takes them, acts as load_policy does."""
+    import gymnasium as gym
+
+    from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env
+    from tune_runner.plugins import register_namespace
+    from tune_runner.results.evaluate import evaluate
+    from tune_runner.results.policy import load_policy
+
+    result = cli("search", "--space", "ppo_minatar_breakout", "--name", "ppo_minatar_breakout")
+    assert result.status == 0, result.err + result.out[-2000:]
+    assert " errored: " not in result.out
+    _, bundle = finished_search(_isolated_home, "ppo_minatar_breakout")
+    evaluation = bundle["evaluation"]
+    assert bundle["result"]["scope"].startswith("reevaluated") and any(evaluation["solved"]), evaluation["summary"]
+    parent = parent_run(_isolated_home, "ppo_minatar_breakout")
+    policy = load_policy(_isolated_home / "results" / "ppo_minatar_breakout" / "best.yaml")
+    assert evaluate(policy, episodes=10, seed=123).mean > 3  # random play: about 0.4
+    register_namespace("MinAtar/Breakout-v1")
+    env, rng, frames = gym.make("MinAtar/Breakout-v1"), np.random.default_rng(0), []
+    obs, _ = env.reset(seed=7)
+    while len(frames) < 100:  # frames of a game in play: the ball and paddle in many places
+        frames.append(obs)
+        obs, _, terminated, truncated, _ = env.step(int(rng.integers(3)))
+        if terminated or truncated:
+            obs, _ = env.reset()
+    images = np.stack(frames)
+    expected = policy.compute_actions(images)
+    assert len(set(expected.tolist())) > 1  # actions that depend on the image: a wrong view of it would show
+    np.save(tmp_path / "obs.npy", images.reshape(len(images), -1).astype(np.float32))
+    argv = [sys.executable, "-c", LOAD_WITHOUT_TUNE_RL, f"sqlite:///{_isolated_home / 'mlflow.db'}",
+            str(tmp_path / "obs.npy"), f"runs:/{parent.info.run_id}/policy"]
+    done = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "actions0.npy"), expected)
 
 
 def test_shipped_oracle_space_finds_the_optimum_region(ray_session, cli, _isolated_home):
