@@ -148,6 +148,20 @@ def test_the_search_benchmark_splits_a_run_into_its_stages():
     assert "| wall " in table and table.splitlines()[2].rstrip().endswith("|      0.50 |")  # ours / base
 
 
+def test_the_minatar_benchmark_times_the_shipped_spaces_config():
+    """Its env steps/s are those of what `tune-rl search --space ppo_minatar_breakout` trains."""
+    from tune_runner.spec.experiment import load_spec
+
+    config = bench_module("minatar_speed").CONFIG
+    spec = load_spec("ppo_minatar_breakout")
+    for key, value in spec.fixed.items():
+        if key in config or key == "train_batch_size_per_learner":
+            assert config.get(key, config["train_batch_size"]) == value, key
+    (lr,) = [p for p in spec.space if p.name == "lr"]
+    low, high = lr.extremes()
+    assert abs(config["lr"] / (low * high) ** 0.5 - 1) < 0.02
+
+
 def test_the_pendulum_benchmark_runs_off_the_seeds_its_config_was_chosen_on_and_needs_both_targets(capsys):
     pendulum = bench_module("solve_pendulum")
     args = pendulum.parse_args([])
