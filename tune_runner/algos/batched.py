@@ -6,7 +6,8 @@ separate ones. Nothing here mixes seeds: seed i's outputs depend only on seed i'
 inputs, its gradient only on its own loss.
 
 - `BatchedMLP`: K Linear/activation stacks as weights [K, out, in] (one `baddbmm` per layer).
-- `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`.
+- `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`, or one after the
+  other for a module that says vmap is slower for it (`seeds_in_a_loop`: our CNN).
 - `SeedVector`: one learned vector (or matrix) per seed (PPO's Gaussian log-std, gSDE's matrix of them).
 - `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
   step counts and learning rates, and seeds that sit a step out.
@@ -131,7 +132,8 @@ class StackedModule(nn.Module):
     With K = 1 the module itself runs, unchanged. With K > 1 its parameters and buffers are stacked
     ([K, ...] each) and `functional_call` runs the module's own forward under `vmap`; a module that
     vmap cannot run (data-dependent Python control flow, in-place buffer updates, .item()) is refused
-    at construction with a ValueError.
+    at construction with a ValueError. A module with `seeds_in_a_loop` set runs once per seed on that seed's
+    slice of the stacked parameters instead: the same ops as one seed's, K times.
     """
 
     def __init__(self, modules: Sequence[nn.Module], *, num_inputs: int, name: str) -> None:
@@ -146,6 +148,7 @@ class StackedModule(nn.Module):
         self.buffers_ = buffers
         self.keys = list(modules[0].state_dict())
         self._skeleton = [copy.deepcopy(modules[0]).to("meta")]  # in a list: not a submodule, no parameters
+        self.in_a_loop = bool(getattr(modules[0], "seeds_in_a_loop", False))
         try:
             self(torch.zeros(self.num_seeds, 2, num_inputs, device=self.params[0].device)).sum().backward()
         except Exception as exc:  # noqa: BLE001 - the user's module: one line naming it
@@ -163,7 +166,11 @@ class StackedModule(nn.Module):
         def call(params: dict, buffers: dict, inputs: torch.Tensor) -> torch.Tensor:
             return torch.func.functional_call(skeleton, (params, buffers), (inputs,))
 
-        return torch.func.vmap(call)(dict(zip(self.names, self.params, strict=True)), self.buffers_, x)
+        params = dict(zip(self.names, self.params, strict=True))
+        if self.in_a_loop:
+            return torch.stack([call({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in self.buffers_.items()},
+                                     x[i]) for i in range(self.num_seeds)])
+        return torch.func.vmap(call)(params, self.buffers_, x)
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         tensors = {**dict(zip(self.names, self.params, strict=True)), **self.buffers_}

@@ -40,7 +40,14 @@ BUILT_IN = BUILT_IN_MODEL  # our learners' own MLP, sized by their fcnet_hiddens
 
 
 class Model(nn.Module):
-    """Base for registered networks: an `add_args` that adds nothing and numpy weights."""
+    """Base for registered networks: an `add_args` that adds nothing and numpy weights.
+
+    K seeds of a model (seeds_per_trial) run as one through torch.func.vmap; a model whose batched ops are
+    slower than one call per seed (convolutions on a CPU) sets `seeds_in_a_loop = True` and its K copies run
+    one after the other, each on its own parameters (tune_runner.algos.batched.StackedModule).
+    """
+
+    seeds_in_a_loop = False
 
     def __init__(self, num_inputs: int, num_outputs: int, args: argparse.Namespace) -> None:
         super().__init__()
@@ -87,7 +94,11 @@ class CNN(Model):
     of 128: Young and Tian 2019); larger ones the Nature DQN's (8x8/4 32, 4x4/2 64, 3x3/1 64, hidden 512).
     Our PPO and DQN build it themselves for image-shaped Box observations (`image_model`), filling in
     `obs_shape` and `input_scale` (1/255 for uint8 pixels); `model: cnn` with its options picks it by name.
+    K seeds run one after the other: a convolution under vmap took 1.4x the time of K calls on one core
+    (bench/minatar_speed.py).
     """
+
+    seeds_in_a_loop = True
 
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
