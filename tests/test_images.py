@@ -209,3 +209,35 @@ def test_an_env_family_whose_package_is_missing_is_named_with_its_pip_line(monke
     monkeypatch.setitem(plugins.NAMESPACES, "Nowhere/", ("tune_rl_no_such_module", "register", "no-such-games"))
     assert unknown_env("Nowhere/Thing-v0") == "Nowhere/Thing-v0 needs the no-such-games package: " \
                                               "pip install no-such-games"
+
+
+def test_a_video_of_minatar_shows_its_frames_scaled_and_enlarged(tmp_path):
+    """MinAtar renders 10x10 float frames in [0, 1]: cast to uint8 as they came, every video of the shipped Breakout
+    space was black and 10 pixels a side. A video holds them scaled to 0-255 and enlarged to 160 pixels a side
+    (each cell a 16x16 block); uint8 frames of a usual size go in as they are."""
+    import imageio.v2 as imageio
+
+    from tune_runner.plugins import register_namespace
+    from tune_runner.results.evaluate import Recorder, video_frame
+
+    register_namespace("MinAtar/Breakout-v1")
+    env = gym.make("MinAtar/Breakout-v1", render_mode="rgb_array")
+    env.reset(seed=0)
+    frames = []
+    for _ in range(5):
+        frames.append(env.render())
+        env.step(1)
+    assert frames[0].dtype == np.float64 and frames[0].shape == (10, 10, 3) and frames[0].max() <= 1
+    recorder = Recorder(tmp_path / "breakout.mp4", fps=10)
+    for frame in frames:
+        recorder.add(frame)
+    recorder.close(keep=True)
+    with imageio.get_reader(tmp_path / "breakout.mp4") as reader:
+        written = [np.asarray(frame) for frame in reader]
+    expected = video_frame(frames[0], unit_floats=True)
+    assert len(written) == 5 and written[0].shape == expected.shape == (160, 160, 3)
+    assert np.array_equal(expected[::16, ::16], np.rint(frames[0] * 255).astype(np.uint8))
+    assert np.abs(written[0].astype(int) - expected.astype(int)).mean() < 8 and written[0].max() > 150  # H.264: lossy
+    usual = np.random.default_rng(0).integers(0, 256, (400, 600, 3), dtype=np.uint8)
+    assert np.array_equal(video_frame(usual, unit_floats=False), usual)
+    assert video_frame(np.full((200, 200, 3), 300.0), unit_floats=False).max() == 255

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -172,8 +173,31 @@ def make_env(env_id: str, *, env_config: dict[str, Any], render: str | None) -> 
     return env
 
 
+# gymnasium's env checker warns of what MinAtar's renderer does, and we handle: float rgb_array frames
+# (video_frame reads them) and no render_fps (a video then plays at 30 frames a second).
+warnings.filterwarnings("ignore", message=".*RGB-array rendering should return a numpy array with dtype uint8")
+warnings.filterwarnings("ignore", message=".*No render fps was declared in the environment")
+MIN_VIDEO_SIDE = 160  # frames smaller than this a side (MinAtar's 10x10) are enlarged, each pixel a square block
+
+
+def video_frame(frame: Any, *, unit_floats: bool) -> np.ndarray:
+    """An env's rgb_array frame as the uint8 frame a video holds: float frames in [0, 1] (`unit_floats`, as MinAtar
+    renders) scaled to 0-255, others clipped to it, and a small frame enlarged (nearest pixel) to MIN_VIDEO_SIDE."""
+    frame = np.asarray(frame)
+    if frame.dtype != np.uint8:
+        values = frame.astype(np.float64) * (255.0 if unit_floats else 1.0)
+        frame = np.clip(np.rint(values), 0, 255).astype(np.uint8)
+    factor = -(-MIN_VIDEO_SIDE // max(1, min(frame.shape[:2])))
+    if factor > 1:
+        frame = frame.repeat(factor, axis=0).repeat(factor, axis=1)
+    return frame
+
+
 class Recorder:
-    """Frames into a video file, written under a temporary name and renamed when complete."""
+    """Frames into a video file, written under a temporary name and renamed when complete.
+
+    gymnasium's rgb_array frames are uint8; an env that renders floats is read as [0, 1] when its first frame's
+    values lie there (MinAtar's), else as 0-255, so that one video never mixes the two readings."""
 
     def __init__(self, path: Path, *, fps: float) -> None:
         imageio = _video_module(path)
@@ -182,10 +206,14 @@ class Recorder:
         # macro_block_size 2: even sizes for H.264 without resizing frames that are even already.
         self.writer = imageio.get_writer(self.tmp, fps=fps, macro_block_size=2)
         self.frames = 0
+        self.unit_floats: bool | None = None
 
     def add(self, frame: np.ndarray | None) -> None:
         if frame is not None:
-            self.writer.append_data(np.asarray(frame, dtype=np.uint8))
+            frame = np.asarray(frame)
+            if self.unit_floats is None:
+                self.unit_floats = frame.dtype.kind == "f" and float(frame.max(initial=0.0)) <= 1.0
+            self.writer.append_data(video_frame(frame, unit_floats=self.unit_floats))
             self.frames += 1
 
     def close(self, *, keep: bool) -> None:
