@@ -56,8 +56,9 @@ def test_an_rllib_name_is_a_record_of_that_algorithm():
     ppo, dqn = backend("rllib/PPO"), backend("rllib/DQN")
     assert isinstance(ppo, RLlibBackend) and (ppo.kind, ppo.algo, ppo.name) == ("rllib", "PPO", "rllib/PPO")
     assert ppo.reports == tuple(metrics.RLLIB_METRICS) and ppo.settings_need_ray and not ppo.exports_policy
-    assert "Box" in ppo.trains.actions and dqn.trains == Trains(("Discrete",))
-    assert RLlibBackend.of("NotInOurTable").trains == Trains()  # an algorithm outside our table: any action space
+    assert "Box" in ppo.trains.actions and dqn.trains == Trains(("Discrete",), float_observations=True)
+    # an algorithm outside our table: any action space; every RLlib model takes float observations
+    assert RLlibBackend.of("NotInOurTable").trains == Trains(float_observations=True)
     assert ppo.trainable_class().__name__ == "PPO" and ppo.trainable_class().algo_name == "PPO"
     assert ppo.trial_resources(cpus=2, gpus=None) == {"num_cpus_for_main_process": 2}
     assert backend("ppo").trial_resources(cpus=2, gpus=1) == {"cpus_per_trial": 2, "gpus_per_trial": 1}

@@ -89,6 +89,11 @@ def test_bad_space_file(path, cli, untouched):
       "only, and CartPole-v1's actions are Discrete(2), so they would change nothing; drop them from the space "
       "(tune-rl spaces show ppo_pendulum > my_space.yaml gives a copy to edit), or choose an env with Box actions"]),
     (["search", "--space", "ppo_small", "--set", "log_std_init=-1"], ["fixed.log_std_init: -1: act on Box actions"]),
+    # RLlib's models read observations as they come and take floats: MinAtar's bool images failed every trial
+    (["search", "--space", "ppo_minatar_breakout", "--set", "trainable=rllib/PPO"],
+     ["ppo_minatar_breakout.yaml: rllib/PPO feeds observations to RLlib's models as they come, and those take "
+      "floats; MinAtar/Breakout-v1 has bool observations of shape (10, 10, 4); use ppo or dqn (ours read them as "
+      "floats), or register a wrapped env that gives float32 ones (gymnasium.wrappers.DtypeObservation)"]),
     (["search", "--space", "ppo_small", "--trainable", "dqn"],
      ["--trainable dqn; a setting goes with --set trainable=VALUE (see tune-rl search --help)"]),
     (["search", "--space", "ppo_small", "--lr", "0.1"], ["--lr 0.1; a setting goes with --set lr=VALUE"]),

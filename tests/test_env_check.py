@@ -193,6 +193,29 @@ def test_an_env_whose_package_is_missing_is_refused_with_the_extra_that_installs
         check(spec("ppo", env))
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.uint8, np.bool_, np.float32, np.float64])
+@pytest.mark.parametrize("masked", [False, True])
+def test_rllib_is_refused_observations_its_models_cannot_take_and_ours_are_not(dtype, masked):
+    """RLlib's default models take float observations: an int64 or uint8 Box failed every trial's first forward
+    pass ("mat1 and mat2 must have the same dtype"), MinAtar's bool images their first convolution. Our learners
+    read any Box as floats."""
+    from tune_runner.trainables.trial import Spaces
+
+    box = gym.spaces.Box(0, 1, (4,), dtype)
+    observation = gym.spaces.Dict({"observations": box, "action_mask": gym.spaces.Box(0, 1, (2,), np.int8)}) \
+        if masked else box
+    spaces = Spaces(observation=observation, action=gym.spaces.Discrete(2))
+    refused = env_check.space_problem("rllib/PPO", "Ints-v0", backend("rllib/PPO").trains, spaces)
+    if np.issubdtype(dtype, np.floating):
+        assert refused is None
+    else:
+        assert refused == (f"rllib/PPO feeds observations to RLlib's models as they come, and those take floats; "
+                           f"Ints-v0 has {np.dtype(dtype)} observations of shape (4,); use ppo or dqn (ours read "
+                           f"them as floats), or register a wrapped env that gives float32 ones "
+                           f"(gymnasium.wrappers.DtypeObservation)")
+    assert env_check.space_problem("ppo", "Ints-v0", backend("ppo").trains, spaces) is None
+
+
 def test_an_agent_declares_what_it_trains_and_an_undeclared_one_takes_any_env():
     @register_agent("box_only")
     class BoxOnly:

@@ -28,6 +28,10 @@ def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
             continue
         algo = load_spec(name).trainable  # ppo or dqn; the RLlib twin is rllib/PPO or rllib/DQN
         spec = load_spec(name, overrides=[f"trainable={backend}{algo.upper() if backend else algo}"])
+        if backend and name == "ppo_minatar_breakout":  # bool images: RLlib's models take floats, so it is refused
+            with pytest.raises(UserError, match="rllib/PPO feeds observations to RLlib's models as they come"):
+                prepare(spec)
+            continue
         prepared = prepare(spec)
         assert prepared.trainable.__name__.lower().endswith(algo)
 

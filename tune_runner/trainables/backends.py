@@ -39,12 +39,15 @@ TASK_FN = "env_task_fn"  # = curriculum.TASK_FN, which imports gymnasium
 class Trains:
     """The env spaces a trainable trains on: gymnasium space class names (or env_check.MASKED); None: any.
     `masks`: the action kinds it can mask (None: any it trains); `from_zero`: its discrete actions must start at 0
-    (a Discrete or MultiDiscrete `start` other than 0 is refused)."""
+    (a Discrete or MultiDiscrete `start` other than 0 is refused); `float_observations`: its models take Box
+    observations of a float dtype only (RLlib's default encoders: an int, uint8 or bool Box fails in every trial's
+    first forward pass)."""
 
     actions: tuple[str, ...] | None = None
     observations: tuple[str, ...] | None = None
     masks: tuple[str, ...] | None = None
     from_zero: bool = False
+    float_observations: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,7 +231,7 @@ class RLlibBackend(Backend):
     def of(cls, algo: str) -> RLlibBackend:
         """The record of an algorithm RLlib registers (checked by the caller: that needs Ray)."""
         return cls(name=RLLIB_PREFIX + algo, algo=algo, reports=tuple(metrics.RLLIB_METRICS),
-                   trains=Trains(RLLIB_ACTIONS.get(algo)), can_checkpoint=True)
+                   trains=Trains(RLLIB_ACTIONS.get(algo), float_observations=True), can_checkpoint=True)
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         """RLlib's `update_from_dict` silently sets unknown attributes: a typo like `lrr` would be dropped."""

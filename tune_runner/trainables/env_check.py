@@ -175,11 +175,25 @@ def space_problem(trainable: str, env: str, needs: Trains, spaces: Spaces) -> st
             and not kind_accepts(needs.masks, spaces.action):
         return (f"{trainable} masks {_kinds(needs.masks, 'action')} only; {env} masks {spaces.action}; "
                 f"drop the env's action_mask or give it a Discrete action space")
+    box = observation_box(spaces.observation)
+    if needs.float_observations and box is not None and not np.issubdtype(box.dtype, np.floating):
+        return (f"{trainable} feeds observations to RLlib's models as they come, and those take floats; {env} has "
+                f"{box.dtype} observations of shape {box.shape}; use ppo or dqn (ours read them as floats), or "
+                f"register a wrapped env that gives float32 ones (gymnasium.wrappers.DtypeObservation)")
     if needs.from_zero and kind_accepts(("Discrete", "MultiDiscrete"), spaces.action) \
             and any(int(n) for n in np.ravel(spaces.action.start)):
         return (f"{trainable} needs discrete actions that start at 0; {env} has {spaces.action}; "
                 f"register a wrapped env whose actions start at 0 (subtract the start in its step)")
     return None
+
+
+def observation_box(space: gym.Space) -> gym.spaces.Box | None:
+    """The Box a model reads: the observation space itself, or a masked Dict's `observations`; else None."""
+    import gymnasium as gym
+
+    if kind_accepts((MASKED,), space):
+        space = space.spaces["observations"]
+    return space if isinstance(space, gym.spaces.Box) else None
 
 
 def _kinds(kinds: tuple[str, ...], what: str) -> str:
