@@ -204,3 +204,12 @@ def test_the_checks_and_the_export_of_our_learners_configs_import_no_torch():
     checked, torch_imported = json.loads(ran.stdout)
     assert all(problem is None and keys for problem, keys in checked.values()), checked
     assert set(checked) == set(spaces) and not torch_imported, ran.stderr
+
+
+def test_rllibs_lambda_is_a_setting_only_of_a_learner_that_has_lambda():
+    """`lambda` (RLlib's name of PPO's lambda_) was taken by dqn's checks too: a DQN space with it was refused by the
+    config class as "unknown DQNConfig key 'lambda_'", and `lambda_` on dqn was told "did you mean 'lambda'?"."""
+    assert backend("ppo").check_settings(["lambda", "lambda_"]) == []
+    refused = dict(backend("dqn").check_settings(["lambda", "lambda_"]))
+    assert set(refused) == {"lambda", "lambda_"} and all(m.startswith("not a setting of dqn; its settings: ")
+                                                         for m in refused.values()), refused

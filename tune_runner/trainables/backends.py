@@ -117,7 +117,8 @@ class OwnBackend(Backend):
         from tune_runner.trainables import agents
 
         fields = [f.name for f in dataclasses.fields(agents.config_class(self.name)) if f.name not in BY_THE_TRIAL]
-        return [*fields, *ALIASES, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
+        aliases = [alias for alias, name in ALIASES.items() if name in fields]  # RLlib's `lambda` only where lambda_ is
+        return [*fields, *aliases, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         valid = self.setting_names()
