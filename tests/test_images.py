@@ -112,14 +112,14 @@ def test_our_learners_build_the_cnn_for_images_and_keep_the_mlp_otherwise(algo):
 
 
 def test_k_cnns_run_one_call_per_seed_on_its_own_weights_exactly_as_alone():
-    """Our CNN sets seeds_in_a_loop: K seeds' copies run one call per seed on the seed's slice of the stacked
-    weights (a convolution under vmap took 1.4x the time of K calls on one core): each seed's output is its copy's
-    alone, bit for bit (vmap's differ in the last bits), and one seed's loss reaches only its own gradients. A
-    model without the flag still goes through vmap."""
+    """Our CNN sets seeds_in_a_loop: on a CPU, K seeds' copies run one call per seed on the seed's slice of the
+    stacked weights (a convolution under vmap took 1.4x the time of K calls on one core): each seed's output is its
+    copy's alone, bit for bit (vmap's differ in the last bits), and one seed's loss reaches only its own gradients.
+    A GPU, and a model without the flag, still go through vmap."""
     torch.manual_seed(0)
     copies = [CNN(400, 3, argparse.Namespace(obs_shape=[10, 10, 4], input_scale=1.0, hidden=0)) for _ in range(3)]
     stacked = StackedModule(copies, num_inputs=400, name="cnn")
-    assert stacked.in_a_loop
+    assert stacked.loops_on(torch.device("cpu")) and not stacked.loops_on(torch.device("cuda"))  # a GPU keeps vmap
     x = torch.rand(3, 5, 400)
     out = stacked(x)
     for i, alone in enumerate(copies):
@@ -128,7 +128,7 @@ def test_k_cnns_run_one_call_per_seed_on_its_own_weights_exactly_as_alone():
     for param in stacked.params:
         assert param.grad[1].abs().sum() > 0 and not param.grad[0].any() and not param.grad[2].any()
     mlps = [MLP(4, 2, argparse.Namespace(fcnet_hiddens=[8], fcnet_activation="tanh")) for _ in range(2)]
-    assert not StackedModule(mlps, num_inputs=4, name="mlp").in_a_loop
+    assert not StackedModule(mlps, num_inputs=4, name="mlp").loops_on(torch.device("cpu"))
 
 
 def test_two_image_seeds_train_as_they_would_alone():

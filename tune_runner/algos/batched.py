@@ -133,7 +133,8 @@ class StackedModule(nn.Module):
     ([K, ...] each) and `functional_call` runs the module's own forward under `vmap`; a module that
     vmap cannot run (data-dependent Python control flow, in-place buffer updates, .item()) is refused
     at construction with a ValueError. A module with `seeds_in_a_loop` set runs once per seed on that seed's
-    slice of the stacked parameters instead: the same ops as one seed's, K times.
+    slice of the stacked parameters instead, on a CPU (where it was measured; a GPU's batched kernels keep vmap):
+    the same ops as one seed's, K times.
     """
 
     def __init__(self, modules: Sequence[nn.Module], *, num_inputs: int, name: str) -> None:
@@ -167,10 +168,14 @@ class StackedModule(nn.Module):
             return torch.func.functional_call(skeleton, (params, buffers), (inputs,))
 
         params = dict(zip(self.names, self.params, strict=True))
-        if self.in_a_loop:
+        if self.loops_on(x.device):
             return torch.stack([call({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in self.buffers_.items()},
                                      x[i]) for i in range(self.num_seeds)])
         return torch.func.vmap(call)(params, self.buffers_, x)
+
+    def loops_on(self, device: torch.device) -> bool:
+        """Whether K seeds' calls on `device` run one after the other (seeds_in_a_loop, on a CPU) or through vmap."""
+        return self.in_a_loop and device.type == "cpu"
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         tensors = {**dict(zip(self.names, self.params, strict=True)), **self.buffers_}

@@ -44,7 +44,7 @@ class Model(nn.Module):
 
     K seeds of a model (seeds_per_trial) run as one through torch.func.vmap; a model whose batched ops are
     slower than one call per seed (convolutions on a CPU) sets `seeds_in_a_loop = True` and its K copies run
-    one after the other, each on its own parameters (tune_runner.algos.batched.StackedModule).
+    one after the other on a CPU, each on its own parameters (tune_runner.algos.batched.StackedModule).
     """
 
     seeds_in_a_loop = False
