@@ -113,12 +113,7 @@ class OwnBackend(Backend):
 
     def setting_names(self) -> list[str]:
         """Every top-level key a space file may set (our config dataclass: no torch)."""
-        from tune_runner.algos.config import ALIASES
-        from tune_runner.trainables import agents
-
-        fields = [f.name for f in dataclasses.fields(agents.config_class(self.name)) if f.name not in BY_THE_TRIAL]
-        aliases = [alias for alias, name in ALIASES.items() if name in fields]  # RLlib's `lambda` only where lambda_ is
-        return [*fields, *aliases, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
+        return own_setting_names(self.name)
 
     def check_settings(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         valid = self.setting_names()
@@ -129,10 +124,18 @@ class OwnBackend(Backend):
                 problems.append((key, f"set by the trial from the space's top-level {BY_THE_TRIAL[top]}; "
                                       f"write {BY_THE_TRIAL[top]}: there instead"))
             elif top not in valid and top not in ENV_KEYS:
+                owner = self._other_owner(top)
                 near = closest(top, valid)
                 hint = f"did you mean {near!r}?" if near else f"its settings: {', '.join(sorted(valid))}"
-                problems.append((key, f"not a setting of {self.name}; {hint}"))
+                problems.append((key, f"a setting of {owner}, not of {self.name}; drop it, or use trainable {owner}"
+                                      if owner else f"not a setting of {self.name}; {hint}"))
         return problems
+
+    def _other_owner(self, key: str) -> str | None:
+        """Another of our learners that has `key` as a setting (a space moved from ppo to dqn keeps lambda_)."""
+        from tune_runner.trainables.agents import CONFIGS
+
+        return next((name for name in CONFIGS if name != self.name and key in own_setting_names(name)), None)
 
     def check_config(self, config: dict[str, Any]) -> str | None:
         from tune_runner.trainables.own import check_config
@@ -155,6 +158,16 @@ class OwnBackend(Backend):
             del values["population"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k not in BY_THE_TRIAL}
 
+
+
+def own_setting_names(name: str) -> list[str]:
+    """Every top-level key a space file may set for our learner `name` (its config dataclass: no torch)."""
+    from tune_runner.algos.config import ALIASES
+    from tune_runner.trainables import agents
+
+    fields = [f.name for f in dataclasses.fields(agents.config_class(name)) if f.name not in BY_THE_TRIAL]
+    aliases = [alias for alias, target in ALIASES.items() if target in fields]  # RLlib's `lambda` only where lambda_ is
+    return [*fields, *aliases, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
 
 @dataclass(frozen=True, kw_only=True)
 class AgentBackend(OwnBackend):
