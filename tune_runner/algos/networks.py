@@ -94,8 +94,8 @@ class CNN(Model):
     of 128: Young and Tian 2019); larger ones the Nature DQN's (8x8/4 32, 4x4/2 64, 3x3/1 64, hidden 512).
     Our PPO and DQN build it themselves for image-shaped Box observations (`image_model`), filling in
     `obs_shape` and `input_scale` (1/255 for uint8 pixels); `model: cnn` with its options picks it by name.
-    K seeds run one after the other: a convolution under vmap took 1.4x the time of K calls on one core
-    (bench/minatar_speed.py).
+    K seeds run one after the other on a CPU: 4 of its convolutions under vmap took 1.4x the time of 4 calls on
+    one core (bench/README.md, minatar_speed.py).
     """
 
     seeds_in_a_loop = True

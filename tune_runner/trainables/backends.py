@@ -159,7 +159,6 @@ class OwnBackend(Backend):
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k not in BY_THE_TRIAL}
 
 
-
 def own_setting_names(name: str) -> list[str]:
     """Every top-level key a space file may set for our learner `name` (its config dataclass: no torch)."""
     from tune_runner.algos.config import ALIASES
@@ -168,6 +167,7 @@ def own_setting_names(name: str) -> list[str]:
     fields = [f.name for f in dataclasses.fields(agents.config_class(name)) if f.name not in BY_THE_TRIAL]
     aliases = [alias for alias, target in ALIASES.items() if target in fields]  # RLlib's `lambda` only where lambda_ is
     return [*fields, *aliases, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
+
 
 @dataclass(frozen=True, kw_only=True)
 class AgentBackend(OwnBackend):
