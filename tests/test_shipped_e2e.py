@@ -160,6 +160,7 @@ def test_shipped_pendulum_space_solves_and_its_policy_acts_in_the_box(ray_sessio
     np.testing.assert_array_equal(actions, policy.compute_actions(obs))
 
 
+@pytest.mark.timeout(900)  # 2.5 minutes alone, 4.4 beside another test here: a VM twice as slow stays within it
 def test_shipped_minatar_space_plays_breakout_and_its_mlflow_model_sees_the_images(ray_session, cli, _isolated_home,
                                                                                    tmp_path):
     """ppo_minatar_breakout.yaml (10x10x4 image observations through the CNN): the exported config reached stop_at
