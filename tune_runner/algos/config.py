@@ -24,6 +24,19 @@ MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `acti
 BOX_ONLY = ("log_std_init", "use_sde", "sde_sample_freq")  # PPOConfig's settings that act on Box actions alone
 MASK_KEYS = frozenset({"observations", "action_mask"})
 
+
+def is_masked(space: Any) -> bool:
+    """Whether observations are a Dict of exactly 'observations' and 'action_mask' (MASKED)."""
+    import gymnasium as gym
+
+    return isinstance(space, gym.spaces.Dict) and set(space.spaces) == MASK_KEYS
+
+
+def inner_space(space: Any) -> Any:
+    """The 'observations' part of a masked space (what a model reads); any other space as it is."""
+    return space["observations"] if is_masked(space) else space
+
+
 # What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
 # without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
 ACTION_SPACES = ("Discrete",)  # DQN's

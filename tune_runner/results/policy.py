@@ -28,6 +28,7 @@ import torch
 
 from tune_runner import files
 from tune_runner.algos.common import ActionSpace, masked_logits, segments_argmax, split_obs, to_tensor
+from tune_runner.algos.config import MASK_KEYS
 from tune_runner.algos.normalize import normalized
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
@@ -37,7 +38,6 @@ from tune_runner.trainables.trial import env_config_of
 
 EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
             "holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
-MASK_KEYS = frozenset({"observations", "action_mask"})
 RLLIB_MODULES = Path("learner_group", "learner", "rl_module")  # Algorithm > LearnerGroup > Learner > MultiRLModule
 PARAMS_FILE = "params.json"  # Tune's copy of the trial config, in the trial folder
 

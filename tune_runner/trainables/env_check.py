@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tune_runner.algos.config import MASK_KEYS, MASKED
+from tune_runner.algos.config import MASKED, inner_space, is_masked
 from tune_runner.errors import UserError
 from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
 
@@ -159,7 +159,7 @@ def kind_accepts(kinds: tuple[str, ...], space: gym.Space) -> bool:
     """Whether a space is of one of the declared kinds (gymnasium space class names, or MASKED)."""
     import gymnasium as gym
 
-    masked = isinstance(space, gym.spaces.Dict) and set(space.spaces) == MASK_KEYS
+    masked = is_masked(space)
     return any(masked if kind == MASKED else isinstance(space, getattr(gym.spaces, kind, ())) for kind in kinds)
 
 
@@ -191,8 +191,7 @@ def observation_box(space: gym.Space) -> gym.spaces.Box | None:
     """The Box a model reads: the observation space itself, or a masked Dict's `observations`; else None."""
     import gymnasium as gym
 
-    if kind_accepts((MASKED,), space):
-        space = space.spaces["observations"]
+    space = inner_space(space)
     return space if isinstance(space, gym.spaces.Box) else None
 
 

@@ -24,20 +24,10 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from tune_runner.algos.config import MASK_KEYS
+from tune_runner.algos.config import inner_space, is_masked
 from tune_runner.errors import UserError
 
 MASKABLE = ("PPO", "DQN")  # algorithms whose default torch module we subclass
-
-
-def is_masked(space: gym.Space | None) -> bool:
-    """Whether observations are a Dict of exactly 'observations' and 'action_mask'."""
-    return isinstance(space, gym.spaces.Dict) and set(space.spaces) == MASK_KEYS
-
-
-def inner_space(space: gym.Space | None) -> gym.Space | None:
-    """The 'observations' part of a masked space; any other space as it is."""
-    return space["observations"] if is_masked(space) else space
 
 
 def env_observation_space(env_id: str, env_config: Mapping[str, Any] | None = None) -> gym.Space | None:
