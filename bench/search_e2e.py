@@ -103,6 +103,11 @@ def trained(results: Path) -> dict:
     return {"training_s": seconds, "env_steps": steps, "best_solved": ranking[0].get("solved")}
 
 
+def user_wall(record: dict) -> float:
+    """Process start to exit, less the probe's own reading of Ray's timeline: what a user's search takes."""
+    return record["outer_wall_s"] - record.get("probe_s", 0.0)
+
+
 def numbers(record: dict, *, num_cpus: int) -> dict[str, float]:
     """The figures one run contributes to the table, in the order the run goes through them."""
     first: dict[str, dict] = {}
@@ -112,7 +117,7 @@ def numbers(record: dict, *, num_cpus: int) -> dict[str, float]:
     end = {name: p["start"] + p["seconds"] for name, p in first.items()}
     python_start = record["started_at"] - record["forked_at"]
     probe = record.get("probe_s", 0.0)  # the probe's own reading of Ray's timeline, after _finish
-    row = {"wall": record["outer_wall_s"] - probe, "python start": python_start,
+    row = {"wall": user_wall(record), "python start": python_start,
            "to Ray start": first["ensure_ray"]["start"],
            "  of which the checks": took["_checked"], "Ray start": took["ensure_ray"],
            "MLflow setup": took["_tracking"],
@@ -171,8 +176,7 @@ def main() -> None:
             for name, source in sources.items():
                 record = run_search(source, work=work, num_cpus=args.num_cpus)
                 records[name].append(record)
-                wall = record["outer_wall_s"] - record.get("probe_s", 0.0)
-                print(f"round {round_ + 1} {name}: {wall:.1f} s, {record['env_steps'] / 1000:.0f}k "
+                print(f"round {round_ + 1} {name}: {user_wall(record):.1f} s, {record['env_steps'] / 1000:.0f}k "
                       f"env steps, best config solved {record['best_solved']} re-evaluation seeds", flush=True)
     finally:
         if args.base:
