@@ -1,6 +1,6 @@
 """Our DQN with num_seeds = K (issue 16): each seed trains as it would alone (its own envs, replay buffer,
 epsilon, target updates and Adam state), no seed draws another's transitions, checkpoints are exact and keep
-the one-seed format per seed, a one-seed state of the code before still continues bit for bit, results carry
+the one-seed format per seed, a one-seed state of the code before still continues as it did, results carry
 every seed and their aggregate, and rollout mode collects for all seeds."""
 
 from __future__ import annotations
@@ -180,21 +180,37 @@ def test_a_k_seed_checkpoint_restores_exactly_and_each_seed_is_a_one_seed_checkp
         DQN(config(num_seeds=2), env_id="CartPole-v1").set_state(state)
 
 
-def test_a_one_seed_state_written_before_seeds_existed_continues_bit_for_bit():
+# Across machines, a float number is the same only within rounding: torch's CPU kernels (AVX2 on the machine
+# that wrote the fixture, AVX-512 elsewhere) sum in other orders, so qf_loss was 3.1820122194 here and
+# 3.1820122114 there. Counts and the format are exact everywhere; float results within 1e-6 of the old code's,
+# weights within 1e-5 (one update of an lr around 1e-4 from them). Bit for bit holds on one machine: the restored
+# old-format state, saved and restored again, trains on exactly as the first restore does.
+def test_a_one_seed_state_written_before_seeds_existed_continues_as_it_did():
     saved = pickle.loads(FIXTURE.read_bytes())  # tests/fixtures/make_dqn_state_fixture.py, run on the old code
     learner = DQN(DQNConfig.from_dict(saved["config"]), env_id="CartPole-v1")
     learner.set_state(saved["state"])
+    again = DQN(DQNConfig.from_dict(saved["config"]), env_id="CartPole-v1")
+    again.set_state(pickle.loads(pickle.dumps(learner.get_state())))
     result = learner.train_iteration()
-    assert {k: v for k, v in result.items() if k != "sps"} == saved["next_result"]
+    assert result.keys() - {"sps"} == saved["next_result"].keys()
+    for key, value in saved["next_result"].items():
+        if isinstance(value, float):
+            assert result[key] == pytest.approx(value, rel=1e-6), key
+        else:
+            assert result[key] == value, key
     after = learner.get_state(include_buffer=False)
     assert after.keys() == saved["next_state"].keys()  # one seed still saves that format
     for key in ("q", "target"):
         assert after[key].keys() == saved["next_state"][key].keys()
-        assert all(torch.equal(after[key][k], v) for k, v in saved["next_state"][key].items()), key
-    assert all(torch.equal(after["optimizer"][k], saved["next_state"]["optimizer"][k])
-               for k in ("exp_avg", "exp_avg_sq"))
+        for name, value in saved["next_state"][key].items():
+            torch.testing.assert_close(after[key][name], value, rtol=1e-5, atol=1e-7, msg=f"{key}.{name}")
+    for name in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(after["optimizer"][name], saved["next_state"]["optimizer"][name],
+                                   rtol=1e-5, atol=1e-7, msg=name)
     assert (after["env_steps"], after["update_credit"], after["last_target_update"]) == tuple(
         saved["next_state"][k] for k in ("env_steps", "update_credit", "last_target_update"))
+    assert same(again.train_iteration(), result)
+    assert same_state(again.get_state(), learner.get_state())  # on this machine: bit for bit
 
 
 @register_model("tune_rl_test_dqn_seeds_net")
