@@ -9,6 +9,10 @@ TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.tune-rl-installed
+# The exact version of every package but torch that the suite last passed with (`make lock` writes it, on purpose
+# only): setup installs through it, so a fresh clone gets those versions and not the newest of the day.
+LOCK        := constraints.txt
+LOCK_TORCH  := $(VENV)/.torch-constraint
 # What the CLI, the tests, Ray's daemons and a trial's worker import (setup writes their bytecode). BOHB's statsmodels,
 # psycopg and torch._dynamo (RLlib's optimizers import it, with sympy) were 1,100 of the 1,830 files the unit tests
 # compiled after setup in a clean clone (2026-11-26)
@@ -26,7 +30,7 @@ FIND_LINKS  ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global
 # dashboard's browser test, PostgreSQL for the tracking-server tests (installed once, then skipped).
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps search test lint bench clean
+.PHONY: setup system-deps search test lint bench lock clean
 
 setup: $(STAMP)
 
@@ -38,13 +42,13 @@ setup: $(STAMP)
 # Ray and MLflow again and the test suite took 43 minutes instead of about 25. uv's --compile-bytecode compiled all
 # of site-packages (19,700 files, 52 s on 2 cores); importing what our processes import (WARM_IMPORTS, two
 # interpreters at once) writes the 5,200 they use in 24 s. `make test` writes the rest as they are first imported.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) uv
 	$(if $(and $(FIND_LINKS),$(if $(TORCH_INDEX),,1)),\
 	  $(BIN)/uv pip install --quiet --python $(BIN)/python "$(TORCH)" $(foreach d,$(FIND_LINKS),--find-links $(d)),\
 	  $(PIP) "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)))
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]" --constraint $(LOCK)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_IMPORTS_CLI)" & \
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c "import $(WARM_IMPORTS_RAY)"; status=$$?; wait $$! && exit $$status
 	touch $@
@@ -86,6 +90,16 @@ bench: setup
 	$(BIN)/python bench/mlflow_batching.py
 	$(BIN)/python bench/dashboard_start.py
 	$(BIN)/python bench/cli_startup.py
+
+# Resolve every dependency again (all extras, CPython 3.11 on x86-64 Linux, torch left to TORCH), newest versions
+# first, into $(LOCK). Run it when pyproject.toml's requirements change or to take newer versions, then `make test`;
+# tests/test_lock.py fails while the installed versions or pyproject.toml disagree with the file.
+lock: setup
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(LOCK_TORCH)
+	$(BIN)/uv pip compile pyproject.toml --all-extras --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  --constraint $(LOCK_TORCH) $(foreach d,$(FIND_LINKS),--find-links $(d)) --no-emit-package torch \
+	  --no-annotate --no-header --quiet -o $(LOCK).new
+	{ sed -n '/^#/p' $(LOCK); cat $(LOCK).new; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK) && rm $(LOCK).new
 
 clean:
 	rm -rf $(VENV) build *.egg-info
