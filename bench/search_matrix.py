@@ -46,9 +46,9 @@ def main() -> None:
     os.environ["TUNE_RL_HOME"] = str(home)
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.search import runner
     from tune_runner.spec.experiment import build_spec
     from tune_runner.trainables.oracle import peak
+    from tune_runner.tuning import runner
 
     runner.ensure_ray(num_cpus=2, verbose=False)
     rows = []

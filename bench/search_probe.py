@@ -31,8 +31,8 @@ from typing import Any
 
 START, STARTED_AT = time.monotonic(), time.time()  # the latter against the parent's clock (search_e2e.py)
 GAP_MAX_S = 0.5  # a longer pause between two tasks of one worker is not a round trip (an idle actor)
-PHASES = (("tune_runner.search.runner", ("_checked", "ensure_ray", "_tracking", "_fit", "_finish", "_log_model")),
-          ("tune_runner.search.reevaluate", ("reevaluate",)),
+PHASES = (("tune_runner.tuning.runner", ("_checked", "ensure_ray", "_tracking", "_fit", "_finish", "_log_model")),
+          ("tune_runner.tuning.reevaluate", ("reevaluate",)),
           ("tune_runner.tracking.parent", ("log_outcome", "close")),
           ("tune_runner.results.summary", ("write",)),
           ("tune_runner.results.export", ("bundle",)))
@@ -138,7 +138,7 @@ def install(out: str) -> None:
         for name in names:
             wrap_phase(module, name)
     TrialClock().install()
-    runner = importlib.import_module("tune_runner.search.runner")
+    runner = importlib.import_module("tune_runner.tuning.runner")
     finish = runner._finish
 
     @functools.wraps(finish)

@@ -132,7 +132,7 @@ def ray_session():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from tune_runner.search.runner import ensure_ray
+    from tune_runner.tuning.runner import ensure_ray
 
     ensure_ray(num_cpus=2, num_gpus=0, verbose=False)
     yield ray

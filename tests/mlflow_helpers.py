@@ -247,10 +247,10 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
     """A finished oracle search's MLflow records, written by tune-rl's logging code; what it wrote."""
     from tune_runner.results import analysis
     from tune_runner.results import summary as report
-    from tune_runner.search import runner
     from tune_runner.spec.experiment import load_spec
     from tune_runner.tracking import callback as tracking
     from tune_runner.tracking import parent as parent_run
+    from tune_runner.tuning import runner
 
     spec = load_spec("oracle", overrides=["budget=5000"])
     client = tracking.client(uri)
@@ -325,7 +325,7 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 
     import yaml
 
-    from tune_runner.search.resume import SPEC_FILE
+    from tune_runner.tuning.resume import SPEC_FILE
 
     trial_data = []
     for trial_id, returns in RETURNS.items():

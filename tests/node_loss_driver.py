@@ -16,8 +16,8 @@ def main(home: Path, space: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from tune_runner.search import runner
     from tune_runner.spec.experiment import load_spec
+    from tune_runner.tuning import runner
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     worker = cluster.add_node(num_cpus=2)

@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from tune_runner.search import resume, runner
 from tune_runner.spec.experiment import load_spec
+from tune_runner.tuning import resume, runner
 
 
 def options(home: Path, **changes) -> runner.RunOptions:

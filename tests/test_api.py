@@ -16,8 +16,8 @@ import yaml
 import tune_runner as tr
 from tests.mlflow_helpers import hand_spec, write_search_folder
 from tune_runner.api.searching import set_items
-from tune_runner.search import resume, runner
 from tune_runner.spec.experiment import parse_override
+from tune_runner.tuning import resume, runner
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +159,8 @@ def test_load_policy_is_the_clis(tmp_path, cli):
 
 
 def test_the_package_is_the_api_and_stays_light():
-    called = ("import sys, tune_runner as tr, tune_runner.search.resume\n"
-              "assert tr.search is sys.modules['tune_runner.search'] and callable(tr.search)\n"
+    called = ("import sys, types, tune_runner as tr, tune_runner.tuning.resume\n"
+              "assert isinstance(tr.search, types.FunctionType) and 'tune_runner.search' not in sys.modules\n"
               "import inspect; assert 'overrides' in inspect.signature(tr.search).parameters\n"
               "tr.search('ppo_smal')")
     ran = subprocess.run([sys.executable, "-c", called], capture_output=True, text=True, check=False)

@@ -23,8 +23,8 @@ def readme_example() -> str:
 
 def test_the_readmes_example_runs(ray_session, _isolated_home, tmp_path, monkeypatch, capsys):
     import tune_runner as tr
-    from tune_runner import mlflow_uri, paths
-
+    from tune_runner import paths
+    from tune_runner.tracking import uri as mlflow_uri
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(readme_example(), str(README), "exec"), scope)  # noqa: S102 - the README's own code

@@ -18,47 +18,47 @@ ROOT = Path(tune_runner.__file__).parent
 
 # Lowest first; a module may import its own layer and the layers before it. The base modules are what every
 # layer shares (errors, paths, the registry, storage, ...): no order is asserted among them, only no cycle.
-# env_registry (register_env, the env factory, Ray's env registry) sits under plugins (loading plug-in files):
-# plugins imports and re-exports it, and it never imports plugins, so ensure_gym_id (which loads the plug-ins
-# first) stays in plugins.
-# spec is the validated experiment; algos the own learners (they know no spec); trainables run one trial (they
-# read the spec's env settings); results read a finished search back (and rebuild a policy from a trial's
-# checkpoint: trainables); tracking writes everything MLflow gets (asserted below), so it sits above results:
-# the policy model it logs is built by results/model.py, the verdict it tags is results/robust.py's; search
-# composes and runs Tune runs, re-evaluation included (search/reevaluate.py), and reads results; api is what a
-# Python caller uses (tr.search, tr.best, ...) with typed results and errors, and cli parses flags, calls the
-# api (or, for commands it does not cover, the layers below) and prints: above the api, so the command line
-# cannot do a search differently. tune_rl_policy, the file an exported policy ships with, imports nothing of
-# the project (asserted below).
+# A layer names top-level modules or packages, or a package's module (`tracking.uri`, the MLflow URI checked
+# and shown without secrets, which the saved spec and the results use too: it imports no MLflow), which then
+# sits in that layer instead of its package's.
+# plugins are the user's envs, models and agents (plugins/envs.py: register_env, the env factory, Ray's env
+# registry); spec is the validated experiment; algos the own learners (they know no spec); trainables run one
+# trial (they read the spec's env settings); results read a finished search back (and rebuild a policy from a
+# trial's checkpoint: trainables); tracking writes everything MLflow gets (asserted below), so it sits above
+# results: the policy model it logs is built by results/pyfunc_model.py, the verdict it tags is
+# results/robust.py's; cluster is the Ray a search runs on; searchers suggest configs (they read a previous
+# search's results for a warm start); tuning composes and runs Tune runs, re-evaluation included
+# (tuning/reevaluate.py); api is what a Python caller uses (tr.search, tr.best, ...) with typed results and
+# errors, and cli parses flags, calls the api (or, for commands it does not cover, the layers below) and
+# prints: above the api, so the command line cannot do a search differently. tune_rl_policy, the file an
+# exported policy ships with, imports nothing of the project (asserted below).
 LAYERS = (
-    ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "metrics", "audit", "env_api",
-              "add_args", "mlflow_uri", "env_registry", "plugins", "_moved", "tune_rl_policy", "version")),
+    ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "_moved", "tune_rl_policy", "version",
+              "tracking.uri")),
+    ("plugins", ("plugins",)),
     ("spec", ("spec",)),
     ("algos", ("algos",)),
     ("trainables", ("trainables",)),
     ("results", ("results",)),
     ("tracking", ("tracking",)),
-    ("search", ("search",)),
+    ("cluster", ("cluster",)),
+    ("searchers", ("searchers",)),
+    ("tuning", ("tuning",)),
     ("api", ("api",)),
     ("cli", ("cli", "__main__")),
 )
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 # Imports against the order that are known and kept, each with its reason. results/tracked.py reads a search
-# back from MLflow with the scheduler registry, which search/ owns today. (Its saved-spec reader is spec/saved.py.)
-# The package itself and its subpackage `search` are the API's front door, each by a call-time import: `tr.best`
-# and the rest load the api on first use (import tune_runner stays light), and `tr.search` is the subpackage
-# tune_runner.search (the import system sets that attribute), so calling it runs the api's search.
+# back from MLflow with the scheduler registry, which tuning/ owns. The package itself is the API's front door,
+# by a call-time import: `tr.best` and the rest load the api on first use (import tune_runner stays light).
 ALLOWED = {
-    ("tune_runner.results.tracked", "tune_runner.search.schedulers"),
+    ("tune_runner.results.tracked", "tune_runner.tuning.schedulers"),
     ("tune_runner", "tune_runner.api"),
-    ("tune_runner", "tune_runner.search"),
-    ("tune_runner.search", "tune_runner.api"),
-    ("tune_runner.search", "tune_runner.api.searching"),
 }
 
 
 # MLflow's write calls (client and fluent API): only tracking/ makes them. The parent run is tracking/parent.py's,
-# the trials' child runs tracking/callback.py's, the policy model tracking/model.py's; reading (search_runs,
+# the trials' child runs tracking/callback.py's, the policy model tracking/log_model.py's; reading (search_runs,
 # get_run, downloads) may happen anywhere.
 MLFLOW_WRITES = frozenset({
     "log_metric", "log_metrics", "log_param", "log_params", "log_batch", "set_tag", "set_tags", "log_artifact",
@@ -153,15 +153,17 @@ def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
 
 
 def layer(name: str) -> int:
-    top = name.split(".")[1] if "." in name else "__init__"
-    assert top in RANK, f"{name}: in no layer of tests/test_architecture.py LAYERS; add it where it belongs"
-    return RANK[top]
+    parts = name.split(".")[1:] or ["__init__"]
+    for size in range(len(parts), 0, -1):  # the longest name in LAYERS: a package's module before its package
+        if ".".join(parts[:size]) in RANK:
+            return RANK[".".join(parts[:size])]
+    raise AssertionError(f"{name}: in no layer of tests/test_architecture.py LAYERS; add it where it belongs")
 
 
 def test_every_module_is_read():
-    assert {"tune_runner.cli.main", "tune_runner.search.runner", "tune_runner._moved"} <= MODULES.keys()
+    assert {"tune_runner.cli.main", "tune_runner.tuning.runner", "tune_runner._moved"} <= MODULES.keys()
     # a function-level import counts (runner's own import of the stopper is at module level; the api's of runner not)
-    assert "tune_runner.search.runner" in graph()["tune_runner.api.searching"]
+    assert "tune_runner.tuning.runner" in graph()["tune_runner.api.searching"]
     assert "tune_runner.api" in graph()["tune_runner.cli.commands"]
 
 
@@ -219,7 +221,7 @@ def third_party(source: str) -> Iterator[tuple[str, int]]:
 
 def test_our_learners_know_no_ray_nor_mlflow():
     # algos/ is our PPO and DQN as plain PyTorch: a user's script, the exported policy and `tune-rl train`
-    # run them without Ray. Ray's env registry is asked in env_registry.ray_env_creator, one place.
+    # run them without Ray. Ray's env registry is asked in plugins/envs.py (ray_env_creator), one place.
     assert list(third_party("import ray.tune\nfrom mlflow import x\ndef f():\n    from ray import y")) == \
         [("ray", 1), ("mlflow", 2), ("ray", 4)]
     found = [f"{name}:{line} imports {top}" for name, path in MODULES.items() if name.startswith("tune_runner.algos")

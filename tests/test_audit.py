@@ -1,4 +1,4 @@
-"""PBT's audit (tune_runner.audit): a trial must train with the hyperparameters its config says.
+"""PBT's audit (tune_runner.trainables.audit): a trial must train with the hyperparameters its config says.
 
 The oracle trainable is driven in this process through the methods Tune calls on an exploit
 (save_checkpoint on the donor, reset_config and load_checkpoint on the receiver); the audit
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tune_runner.audit import AuditError, audit_result, make_callback, mismatches
+from tune_runner.trainables.audit import AuditError, audit_result, make_callback, mismatches
 from tune_runner.trainables.oracle import Oracle, OracleStaleRestore, peak
 
 BASE = {"optimum": {"x": 0.5}, "noise": 0.0, "rate": 0.5, "steps_per_iteration": 1000, "seed": 0}

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-from tune_runner import metrics
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, register_agent
-from tune_runner.trainables import catalog
+from tune_runner.trainables import catalog, metrics
 from tune_runner.trainables.backends import (
     OWN_REPORTS,
     USER_REPORTS,
@@ -111,7 +110,7 @@ def test_an_unknown_name_is_answered_with_the_closest_choice(name, message):
 
 
 def test_an_unknown_name_among_many_lists_the_closest_few_and_how_to_see_all():
-    from tune_runner.search.preflight import unknown_env
+    from tune_runner.tuning.preflight import unknown_env
 
     message = unknown_env("Pendulm-v1")
     assert message.startswith("unknown environment 'Pendulm-v1'; did you mean 'Pendulum-v1'? (")
@@ -135,8 +134,8 @@ def test_before_ray_a_name_is_resolved_where_no_ray_is_needed():
 
 
 def test_prepare_resolves_the_trainable_once_and_carries_the_record(monkeypatch):
-    from tune_runner.search.preflight import prepare
     from tune_runner.spec.experiment import load_spec
+    from tune_runner.tuning.preflight import prepare
 
     asked = []
     lookup = catalog.backend
@@ -180,7 +179,7 @@ def test_the_exported_rllib_config_holds_the_searched_network_and_feeds_it_back(
 
 CHECKS_WITHOUT_TORCH = """
 import json, sys
-from tune_runner.search.preflight import _check_space_corners
+from tune_runner.tuning.preflight import _check_space_corners
 from tune_runner.spec.experiment import load_spec
 from tune_runner.trainables.catalog import backend
 checked = {}

@@ -130,7 +130,7 @@ def _load_rllib(layout: Layout) -> object:
 
 def _load_search(what: str) -> Callable[[Layout], object]:
     def load(layout: Layout) -> object:
-        from tune_runner.search import resume
+        from tune_runner.tuning import resume
 
         return getattr(resume, what)(layout.checkpoint)
     return load
@@ -142,11 +142,11 @@ KINDS = {kind.name: kind for kind in (
          lambda lay: __import__("tune_runner.spec.experiment", fromlist=["x"]).load_spec(str(lay.target))),
     Kind("scheduler", ".yaml", _alone("preset.yaml"), _text(GOOD_PRESET),
          (lambda lay: ["search", "--space", "oracle", "--scheduler", str(lay.target)],),
-         lambda lay: __import__("tune_runner.search.schedulers", fromlist=["x"]).load_preset(lay.target)),
+         lambda lay: __import__("tune_runner.tuning.schedulers", fromlist=["x"]).load_preset(lay.target)),
     Kind("bundle", ".yaml", _alone("best.yaml"), _text(GOOD_BUNDLE),
          (lambda lay: ["verify", str(lay.target)], lambda lay: ["train", "--config", str(lay.target)],
           lambda lay: ["evaluate", str(lay.target)]),
-         lambda lay: __import__("tune_runner.search.verify", fromlist=["x"]).load(lay.target)),
+         lambda lay: __import__("tune_runner.tuning.verify", fromlist=["x"]).load(lay.target)),
     Kind("plugin", ".py", _alone("my_envs.py"), _text(GOOD_PLUGIN),
          (lambda lay: ["search", "--space", "oracle", "--plugins", str(lay.target)],),
          lambda lay: __import__("tune_runner.plugins", fromlist=["x"]).load_plugins([lay.target], shipped=False)),

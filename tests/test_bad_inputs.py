@@ -258,7 +258,7 @@ def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes
     tests/test_cluster_e2e.py runs it through a fresh driver."""
     import socket
 
-    from tune_runner.search.preflight import check_address
+    from tune_runner.cluster.session import check_address
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
@@ -319,7 +319,7 @@ def postgres():
     ("user", 'password authentication failed for user "nobody"'),
 ])
 def test_a_database_store_that_refuses_us_is_named_before_launch(postgres, wrong, fragment, cli, untouched):
-    from tune_runner.mlflow_uri import check_uri, redacted
+    from tune_runner.tracking.uri import check_uri, redacted
 
     assert check_uri(postgres.uri) is None  # the right URI connects
     uri = {"password": postgres.uri.replace(postgres.password, "not-the-password"),

@@ -90,7 +90,7 @@ def test_the_zoo_target_needs_a_fifth_of_the_wall_time_and_as_many_seeds_solved(
 
 
 def test_the_zoo_check_seeds_are_fresh_and_its_budget_is_the_same_for_both(zoo):
-    from tune_runner.search.reevaluate import SEED_BASE
+    from tune_runner.tuning.reevaluate import SEED_BASE
 
     args = zoo.parse_args([])
     checked = set(range(zoo.FIRST_SEED, zoo.FIRST_SEED + args.verify_seeds))

@@ -119,7 +119,7 @@ def test_runs_reference_alone_reads_the_default_store(cli, logged, _isolated_hom
 def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, logged, tmp_path, monkeypatch):
     from tune_runner.results import export
     from tune_runner.results.bundle import KEYS
-    from tune_runner.search import verify
+    from tune_runner.tuning import verify
 
     (tmp_path / "checkpoint_000009").mkdir()  # a trial without a folder must not take the working folder's
     monkeypatch.chdir(tmp_path)
@@ -149,7 +149,7 @@ def test_export_from_mlflow_is_the_folders_bundle_without_its_checkpoint(cli, lo
 def test_a_search_logs_its_spec_on_its_parent_run(logged):
     from mlflow.tracking import MlflowClient
 
-    from tune_runner.search.resume import read_spec
+    from tune_runner.tuning.resume import read_spec
 
     client = MlflowClient(tracking_uri=logged.uri)
     text = client.download_artifacts(logged.parent, "tune_rl_spec.yaml", str(logged.root / "download"))

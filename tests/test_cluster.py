@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tune_runner.search.cluster import SHIPPED_PLUGINS, shipped_names, stage_plugins, trial_plugins
+from tune_runner.cluster.session import SHIPPED_PLUGINS, shipped_names, stage_plugins, trial_plugins
 from tune_runner.spec.experiment import load_spec
 
 
@@ -35,7 +35,8 @@ def test_only_a_local_ray_this_process_started_is_killed_at_exit_and_only_where_
     its own local Ray's processes, and leaves a joined cluster, or a system without /proc, to ray.shutdown."""
     import os
 
-    from tune_runner.search import cluster, reaper
+    from tune_runner.cluster import reaper
+    from tune_runner.cluster import session as cluster
 
     killed, redirected = [], []
     monkeypatch.setattr(reaper, "marked", lambda driver: [101, 102])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tune_runner.search.reaper import MARK, marked, reap
+from tune_runner.cluster.reaper import MARK, marked, reap
 
 pytestmark = pytest.mark.e2e
 RAY = str(Path(sys.executable).with_name("ray"))

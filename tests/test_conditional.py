@@ -76,7 +76,7 @@ def test_the_saved_spec_keeps_its_conditions():
 
 def draw(name: str, count: int = 24) -> list[dict]:
     """`count` configs from searcher `name`, as Tune asks for them (a result after each)."""
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     space = params()
     searcher = build_searcher(Component(name, {"seed": 3}), params=space, where="f.yaml", budget=9000,
@@ -108,7 +108,7 @@ def test_each_searcher_gives_exactly_the_active_parameters(name, forbid_ray):
 
 def test_optuna_is_never_asked_for_an_inactive_parameter():
     """Define-by-run: the study's own trials hold only what was suggested, so TPE models each branch apart."""
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     searcher = build_searcher(Component("optuna", {"seed": 3}), params=params(), where="f.yaml")
     for i in range(8):
@@ -119,7 +119,7 @@ def test_optuna_is_never_asked_for_an_inactive_parameter():
 
 
 def test_hyperopt_space_nests_each_child_under_its_parents_value():
-    from tune_runner.search.conditional import BRANCH, flat
+    from tune_runner.searchers.conditional import BRANCH, flat
 
     nested = {f"{BRANCH}lr": 0.1, f"{BRANCH}use_target_network": {"use_target_network": True, f"{BRANCH}freq": 7},
               f"{BRANCH}kind": {"kind": "a", f"{BRANCH}tau_kind": {"tau_kind": "hard"}}}
@@ -127,7 +127,7 @@ def test_hyperopt_space_nests_each_child_under_its_parents_value():
 
 
 def test_the_corner_check_sees_each_parameter_active_and_no_inactive_one():
-    from tune_runner.search.preflight import _check_space_corners
+    from tune_runner.tuning.preflight import _check_space_corners
 
     seen = []
 
@@ -161,7 +161,7 @@ def test_the_reevaluation_gives_each_candidate_only_the_parameters_it_had(forbid
     from ray.tune.experiment import Experiment
 
     from tune_runner.results.robust import Candidate
-    from tune_runner.search.reevaluate import CANDIDATE_KEY, _generator, _space
+    from tune_runner.tuning.reevaluate import CANDIDATE_KEY, _generator, _space
 
     spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 1000},
                        "space": SPACE}, name="s", source="s.yaml")
@@ -218,7 +218,7 @@ def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_
     goes on with the active parameters only."""
     from ray.tune.search import SearchGenerator
 
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     searcher = build_searcher(Component(name, {"seed": 3}), params=params(), where="f.yaml", budget=9000)
     if name == "random":

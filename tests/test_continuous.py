@@ -251,7 +251,7 @@ def test_cli_evaluate_and_video_on_a_box_policy(pendulum_checkpoint, cli, tmp_pa
 
 def test_the_mlflow_model_data_of_a_box_policy_gives_the_learners_actions(pendulum_checkpoint, tmp_path):
     from tune_runner import tune_rl_policy
-    from tune_runner.results import model
+    from tune_runner.results import pyfunc_model as model
 
     learner, _, checkpoint = pendulum_checkpoint
     data = model.save_policy(checkpoint, learner="ppo", config=PENDULUM_CONFIG, folder=tmp_path / "policy")

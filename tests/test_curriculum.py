@@ -282,7 +282,7 @@ def fake_algorithm(*envs):
 
 
 def test_rllib_callback_sets_the_task_on_every_env_runner_and_reports_it(tmp_path):
-    from tune_runner.metrics import from_rllib
+    from tune_runner.trainables.metrics import from_rllib
 
     fn = write(tmp_path / "levels.py", RAISE_LEVEL)
     envs = [gym.make_vec(LEVEL_ENV, num_envs=2, vectorization_mode="sync") for _ in range(2)]

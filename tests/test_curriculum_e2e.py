@@ -65,7 +65,7 @@ def by_steps(train_results, task_settable_env, env_ctx):
 
 
 def load_plugin(path: Path) -> None:
-    """Import a plugin file once per test session (what tune_runner/plugins.py will do)."""
+    """Import a plugin file once per test session (what tune_runner/plugins/__init__.py will do)."""
     name = f"tune_rl_e2e_plugin_{path.stem}"
     if name in sys.modules:
         return

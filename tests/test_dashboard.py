@@ -297,7 +297,7 @@ def test_open_on_a_store_without_a_search_is_refused_before_anything_starts(cli,
 def test_open_on_a_store_whose_runs_hold_no_search_is_refused(cli, monkeypatch, tmp_path):
     import webbrowser
 
-    from tune_runner import mlflow_uri
+    from tune_runner.tracking import uri as mlflow_uri
 
     monkeypatch.setattr(webbrowser, "_tryorder", None)
     monkeypatch.setattr(webbrowser, "_browsers", {})

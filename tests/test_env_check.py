@@ -17,11 +17,11 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, load_plugins, register_agent
-from tune_runner.search.preflight import prepare
 from tune_runner.spec.experiment import build_spec, load_spec
 from tune_runner.trainables import agents as _agents  # noqa: F401 - ppo and dqn registered before the fixture saves AGENTS
 from tune_runner.trainables import env_check
 from tune_runner.trainables.catalog import backend
+from tune_runner.tuning.preflight import prepare
 
 _ids = itertools.count()
 

@@ -72,7 +72,7 @@ def test_a_population_trial_exports_its_best_seeds_own_config_which_trains_again
 
 
 def test_the_summary_names_a_population_trials_best_seed_and_its_values():
-    from tune_runner.search.console import config_line
+    from tune_runner.tuning.console import config_line
 
     spec = load_spec("ppo_small", overrides=["seeds_per_trial=2"])
     base = _best(spec)

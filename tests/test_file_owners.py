@@ -121,7 +121,7 @@ class Read(Exception):
 
 def test_train_verify_and_evaluate_read_a_bundle_through_bundle_read(tmp_path, monkeypatch):
     from tune_runner.results import policy
-    from tune_runner.search import verify
+    from tune_runner.tuning import verify
 
     path = _bundle().write(tmp_path / "best.yaml")
     calls = []

@@ -162,7 +162,7 @@ def test_a_loaded_image_policy_and_its_mlflow_model_act_as_the_learner(algo, tmp
     learner's greedy actions, from flat observations as MLflow's signature takes them."""
     from tests.test_policy import write_trial
     from tune_runner import tune_rl_policy
-    from tune_runner.results import model
+    from tune_runner.results import pyfunc_model as model
     from tune_runner.results.policy import load_policy
     from tune_runner.trainables.agents import build_learner
 
@@ -190,7 +190,7 @@ def test_a_loaded_image_policy_and_its_mlflow_model_act_as_the_learner(algo, tmp
 
 
 def test_minatar_breakout_registers_itself_and_trains_through_the_cnn():
-    from tune_runner.search.preflight import unknown_env
+    from tune_runner.tuning.preflight import unknown_env
 
     assert unknown_env("MinAtar/Breakout-v1") is None  # registered on first use (the minatar test extra)
     learner = PPO(small_ppo(seed=2, train_batch_size=256, num_envs_per_env_runner=4), env_id="MinAtar/Breakout-v1")
@@ -204,7 +204,7 @@ def test_minatar_breakout_registers_itself_and_trains_through_the_cnn():
 
 def test_an_env_family_whose_package_is_missing_is_named_with_its_pip_line(monkeypatch):
     from tune_runner import plugins
-    from tune_runner.search.preflight import unknown_env
+    from tune_runner.tuning.preflight import unknown_env
 
     monkeypatch.setitem(plugins.NAMESPACES, "Nowhere/", ("tune_rl_no_such_module", "register", "no-such-games"))
     assert unknown_env("Nowhere/Thing-v0") == "Nowhere/Thing-v0 needs the no-such-games package: " \

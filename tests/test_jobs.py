@@ -17,8 +17,9 @@ import pytest
 from tests.test_bad_inputs import assert_one_line_error
 from tune_runner import paths, storage
 from tune_runner.cli.main import build_parser, search_argv
+from tune_runner.cluster import jobs
 from tune_runner.errors import UserError
-from tune_runner.search import jobs, runner
+from tune_runner.tuning import runner
 
 SPACE = paths.shipped("search_spaces") / "oracle.yaml"
 
@@ -113,7 +114,7 @@ def test_the_shipped_package_works_as_ray_unpacks_a_py_module(tmp_path):
     """Ray zips a py_modules folder with the folder at the top, unpacks it on the node and puts the unpacked
     folder on PYTHONPATH. Done here with Ray's own packaging functions (no Ray started): our modules import,
     the shipped folders resolve inside the package, and the schedulers/ data does not
-    shadow tune_runner.schedulers (0.1.0's path of search.schedulers)."""
+    shadow tune_runner.schedulers (0.1.0's path of tuning.schedulers)."""
     from ray._private.runtime_env.packaging import create_package, unzip_package
 
     archive, unpacked = tmp_path / "pkg.zip", tmp_path / "node"
@@ -121,7 +122,7 @@ def test_the_shipped_package_works_as_ray_unpacks_a_py_module(tmp_path):
         create_package(str(package), archive, include_gitignore=True, include_parent_dir=True)
     assert "tune_runner/search_spaces/oracle.yaml" in zipfile.ZipFile(archive).namelist()
     unzip_package(str(archive), str(unpacked), remove_top_level_directory=False, unlink_zip=False)
-    probe = ("import json; from tune_runner import paths; from tune_runner.search import schedulers; "
+    probe = ("import json; from tune_runner import paths; from tune_runner.tuning import schedulers; "
              "from tune_runner.spec import experiment as spec; print(json.dumps({"
              "'spaces': str(paths.shipped('search_spaces')), 'envs': str(paths.shipped('envs')), "
              "'presets': sorted(schedulers.presets()), 'oracle': str(spec.resolve_space('oracle'))}))")

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from tests.test_cluster_e2e import free_port
+from tune_runner.cluster import jobs
+from tune_runner.cluster.reaper import MARK, reap
 from tune_runner.results import export
-from tune_runner.search import jobs
-from tune_runner.search.reaper import MARK, reap
 
 pytestmark = pytest.mark.e2e
 RAY = str(Path(sys.executable).with_name("ray"))

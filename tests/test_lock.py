@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-import tomllib
+import sysconfig
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -62,7 +63,10 @@ def unmet(pins: dict[str, str], requirements: list[str]) -> list[str]:
 
 
 def installed_versions() -> dict[str, str]:
-    return {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    """The venv's own packages: those in its site-packages, not what another package puts on sys.path (Ray adds
+    its vendored ray/thirdparty_files, colorama among them, once imported)."""
+    places = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=places)}
 
 
 def test_the_installed_packages_are_the_locked_versions():

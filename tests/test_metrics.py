@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tune_runner.metrics import RLLIB_METRICS, from_rllib, lookup
+from tune_runner.trainables.metrics import RLLIB_METRICS, from_rllib, lookup
 
 RLLIB_RESULT = {
     "tune_rl": {"episode_return_mean": 187.5, "episode_len_mean": 187.5, "episodes": 40,

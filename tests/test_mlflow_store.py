@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tune_runner import mlflow_uri, paths
+from tune_runner import paths
+from tune_runner.tracking import uri as mlflow_uri
 
 
 def dump(path: Path, *, skip_exp0: bool = True) -> dict:

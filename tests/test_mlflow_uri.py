@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tune_runner.errors import UserError
-from tune_runner.mlflow_uri import auth_headers, check_uri, redacted
+from tune_runner.tracking.uri import auth_headers, check_uri, redacted
 
 MARKER = "tune-rl-secret-7f3a"
 
@@ -103,8 +103,8 @@ def test_a_database_port_that_never_answers_is_given_up_after_the_connect_timeou
     """A host that takes the TCP connection and then says nothing (a firewall, a wrong service) must not
     hold the search up: the driver's own connect timeout ends it. Run in a thread, so that a check
     without a timeout fails this test instead of hanging it."""
-    from tune_runner import mlflow_uri
-    from tune_runner.mlflow_uri import CONNECT_TIMEOUT_S
+    from tune_runner.tracking import uri as mlflow_uri
+    from tune_runner.tracking.uri import CONNECT_TIMEOUT_S
 
     # The check's 5 s made 2 s (psycopg's least): what is tested is that the driver gets a timeout and keeps it.
     monkeypatch.setitem(mlflow_uri._check_database.__kwdefaults__, "timeout_s", 2)
@@ -143,7 +143,7 @@ def test_a_missing_database_driver_is_named_with_its_package(monkeypatch):
 def test_sqlite_stores_are_checked_without_creating_anything(tmp_path):
     import sqlite3
 
-    from tune_runner.mlflow_uri import create_store_folder
+    from tune_runner.tracking.uri import create_store_folder
 
     new = tmp_path / "new" / "dir" / "m.db"
     assert check_uri(f"sqlite:///{new}") is None
@@ -164,8 +164,8 @@ def test_sqlite_stores_are_checked_without_creating_anything(tmp_path):
 
 
 def test_the_store_opened_while_ray_starts_is_one_that_exists_already(tmp_path):
-    from tune_runner.mlflow_uri import client, opens_without_writing
-    from tune_runner.search.runner import _store_if_there
+    from tune_runner.tracking.uri import client, opens_without_writing
+    from tune_runner.tuning.runner import _store_if_there
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     assert not opens_without_writing(uri) and _store_if_there(uri) is None
@@ -215,7 +215,7 @@ def test_a_store_left_with_a_hot_journal_by_a_killed_writer_is_accepted_and_reco
     import sys
     from contextlib import closing
 
-    from tune_runner.mlflow_uri import check_uri, read_sqlite
+    from tune_runner.tracking.uri import check_uri, read_sqlite
 
     path = tmp_path / "mlflow.db"
     with closing(sqlite3.connect(path)) as db:

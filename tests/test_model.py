@@ -15,8 +15,8 @@ import torch
 
 from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env, trained_checkpoint
 from tune_runner import tune_rl_policy
-from tune_runner.results import model
-from tune_runner.tracking import model as tracking_model
+from tune_runner.results import pyfunc_model as model
+from tune_runner.tracking import log_model as tracking_model
 
 
 def observations(n: int = 64) -> np.ndarray:
@@ -96,7 +96,7 @@ def test_the_oracles_policy_is_refused_without_importing_torch():
     probe = """
 import json, sys
 from types import SimpleNamespace
-from tune_runner.tracking import model
+from tune_runner.tracking import log_model as model
 best = SimpleNamespace(trial_path=".", config={}, trial_id="t")
 note = model.log_policy(uri="sqlite:///unused.db", experiment_id="0", run_id="r", trainable="oracle", best=best).note
 print(json.dumps([note, "torch" in sys.modules]))

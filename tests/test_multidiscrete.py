@@ -153,7 +153,8 @@ def observations(n: int = 100) -> np.ndarray:
 
 def test_a_loaded_policy_and_the_mlflow_model_data_act_as_the_learner(dials_checkpoint, tmp_path):
     from tune_runner import tune_rl_policy
-    from tune_runner.results import evaluate, model
+    from tune_runner.results import evaluate
+    from tune_runner.results import pyfunc_model as model
     from tune_runner.results.policy import OwnPolicy, load_policy
 
     learner, config, checkpoint = dials_checkpoint

@@ -1,4 +1,4 @@
-"""`nevergrad` (search/nevergrad_search.py): Ray Tune's NevergradSearch with a budget, a seed and our space, as
+"""`nevergrad` (searchers/_nevergrad.py): Ray Tune's NevergradSearch with a budget, a seed and our space, as
 Tune asks and tells it, without Ray. The objective is the oracle's peak (trainables/oracle.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ SPACE = {"lr": {"loguniform": [1.0e-5, 1.0e-1]}, "x": {"uniform": [0.0, 1.0]},
 
 def nevergrad(num_samples: int = 16, metric: str = "episode_return_mean", mode: str = "max", space=None,
               **settings):
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     return build_searcher(Component("nevergrad", {"seed": 1, **settings}),
                           params=parse_space(space or SPACE, where="s.yaml"),

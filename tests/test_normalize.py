@@ -142,7 +142,7 @@ def test_every_loaded_policy_scales_observations_as_the_learner_does(tmp_path):
     from tests.test_continuous import pendulum_observations
     from tests.test_policy import write_trial
     from tune_runner import tune_rl_policy
-    from tune_runner.results import model
+    from tune_runner.results import pyfunc_model as model
     from tune_runner.results.policy import load_policy
     from tune_runner.trainables.agents import build_learner
 

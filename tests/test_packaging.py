@@ -38,7 +38,7 @@ def test_the_installed_wheel_finds_its_presets_spaces_and_envs(wheel: Path, tmp_
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True, capture_output=True)
-    probe = ("import json, tune_runner; from tune_runner import paths; from tune_runner.search import schedulers; "
+    probe = ("import json, tune_runner; from tune_runner import paths; from tune_runner.tuning import schedulers; "
              "from tune_runner.spec import experiment as spec; print(json.dumps({"
              "'file': tune_runner.__file__, 'presets': sorted(schedulers.presets()), "
              "'spaces': sorted(spec.shipped_spaces()), 'envs': str(paths.shipped('envs'))}))")

@@ -14,12 +14,13 @@ import ray
 from gymnasium.utils.env_checker import check_env
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
-from tune_runner import env_registry, plugins
+from tune_runner import plugins
 from tune_runner.algos.common import make_vec_env
-from tune_runner.env_api import unwrap_actor_class
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, ENVS, MODELS, load_plugins, register_agent, register_env, register_model
-from tune_runner.search.preflight import check_env as preflight_check_env
+from tune_runner.plugins import envs as env_registry
+from tune_runner.plugins.env_api import unwrap_actor_class
+from tune_runner.tuning.preflight import check_env as preflight_check_env
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad_plugins"
@@ -365,7 +366,7 @@ def test_an_env_family_whose_package_is_missing_is_refused_with_its_pip_line(env
     'unknown environment' and gymnasium's whole registry."""
     import gymnasium as gym
 
-    from tune_runner.search.preflight import unknown_env
+    from tune_runner.tuning.preflight import unknown_env
 
     monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
     monkeypatch.setitem(sys.modules, f"{package}.gym", None)
@@ -377,7 +378,7 @@ def test_an_env_family_whose_package_is_missing_is_refused_with_its_pip_line(env
 
 
 def test_pickles_naming_the_env_classes_old_home_in_plugins_still_load(monkeypatch):
-    # Before tune_runner.env_registry, Ray pickled an env's creator as tune_runner.plugins._RayCreator and an
+    # Before tune_runner.plugins.envs, Ray pickled an env's creator as tune_runner.plugins._RayCreator and an
     # env's factory pickled as tune_runner.plugins.registered_env; a search saved then must still resume.
     creator = env_registry._RayCreator("custom_env", ("tune_runner.envs.custom_env", "CustomEnv"))
     for thing in (env_registry._RayCreator, env_registry.registered_env):

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from tune_runner.errors import UserError
-from tune_runner.mlflow_uri import artifact_location, check_uri
-from tune_runner.search.progress import LiveView, fmt_value
 from tune_runner.tracking.callback import flat_params, metrics_of
+from tune_runner.tracking.uri import artifact_location, check_uri
+from tune_runner.tuning.progress import LiveView, fmt_value
 
 
 def trial(i: int, **result) -> SimpleNamespace:

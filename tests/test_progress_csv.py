@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from tune_runner.search.progress_csv import ProgressCSV
+from tune_runner.tuning.progress_csv import ProgressCSV
 
 
 class FolderTrial:

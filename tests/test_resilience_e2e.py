@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tune_runner.search.reaper import alive, descendants, marked, started
+from tune_runner.cluster.reaper import alive, descendants, marked, started
 
 pytestmark = pytest.mark.e2e
 
@@ -231,14 +231,14 @@ def still_running(processes: dict[int, str | None]) -> list[int]:
 
 
 def _reaper_of(driver: int) -> int | None:
-    """The pid of the reaper that watches `driver` (python -m tune_runner.search.reaper DRIVER), if running."""
+    """The pid of the reaper that watches `driver` (python -m tune_runner.cluster.reaper DRIVER), if running."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 args = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"tune_runner.search.reaper" in args and str(driver).encode() in args:
+            if b"tune_runner.cluster.reaper" in args and str(driver).encode() in args:
                 return int(entry.name)
     return None
 

@@ -11,10 +11,10 @@ import yaml
 
 from tests.resume_helpers import options, record_runs, saved_search
 from tune_runner.errors import UserError
-from tune_runner.search import resume, runner
 from tune_runner.spec.experiment import load_spec
 from tune_runner.tracking import callback as tracking
 from tune_runner.tracking import parent as parent_run
+from tune_runner.tuning import resume, runner
 
 SECRET = "tune-rl-secret-9c1e"
 

@@ -11,8 +11,8 @@ import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from tests.episode_recorder import RECORDED_ENV, recorded, register
-from tune_runner.metrics import from_rllib
 from tune_runner.trainables import curriculum, rllib_episodes
+from tune_runner.trainables.metrics import from_rllib
 from tune_runner.trainables.rllib import rllib_config
 from tune_runner.trainables.rllib_episodes import EpisodeWindow
 

@@ -31,9 +31,9 @@ from tune_runner.results.robust import (
     summarise,
     target_of,
 )
-from tune_runner.search import verify
-from tune_runner.search.reevaluate import CANDIDATE_KEY, _seed_runs
 from tune_runner.spec.experiment import load_spec
+from tune_runner.tuning import verify
+from tune_runner.tuning.reevaluate import CANDIDATE_KEY, _seed_runs
 
 
 def test_iqm_is_the_mean_of_the_middle_half_and_the_one_a_trials_seeds_are_judged_by():
@@ -268,7 +268,7 @@ def test_a_population_trial_is_re_evaluated_as_its_best_seeds_own_config():
 
 
 def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest():
-    from tune_runner.search.console import best_line
+    from tune_runner.tuning.console import best_line
 
     spec = load_spec("ppo_small")
     best = best_trial(_Analysis(SEARCH), metric=spec.metric, mode="max", reached=spec.reached)
@@ -389,7 +389,7 @@ def test_the_parent_run_gets_the_solved_share_and_steps_under_their_own_names():
 
 
 def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_path, cli, monkeypatch):
-    from tune_runner.search import runner
+    from tune_runner.tuning import runner
 
     def no_ray(**_: object) -> None:
         raise AssertionError("verify started Ray before checking the bundle")
@@ -408,8 +408,8 @@ def test_verify_refuses_a_broken_stop_at_bundle_in_one_line_before_training(tmp_
 def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monkeypatch):
     import io
 
-    from tune_runner.search import cluster
-    from tune_runner.search.reevaluate import reevaluate_best
+    from tune_runner.cluster import session as cluster
+    from tune_runner.tuning.reevaluate import reevaluate_best
 
     def no_ray(**_: object) -> None:
         raise AssertionError("Ray started for a re-evaluation that cannot run")
@@ -456,7 +456,7 @@ def _seed_result(candidate: int, env_steps: int, *values: float) -> dict:
 
 
 def test_the_last_re_evaluation_trial_stops_once_its_unsolved_seeds_cannot_change_the_verdict():
-    from tune_runner.search.stopper import RankingStopper
+    from tune_runner.tuning.stopper import RankingStopper
 
     spec, no, yes = load_spec("ppo_small"), 300.0, 480.0  # stop_at 475 within 250k env steps
     stopper = RankingStopper(spec, count=2)
@@ -519,8 +519,8 @@ def test_a_stopped_runner_up_counts_at_the_budget_and_says_where_it_stopped(tmp_
 def test_batched_runs_mark_the_unsolved_seeds_of_a_trial_that_ended_before_the_budget_without_an_error():
     import pandas as pd
 
-    from tune_runner.search.reevaluate import _batched_runs
     from tune_runner.spec import reserved
+    from tune_runner.tuning.reevaluate import _batched_runs
 
     class Trial:
         def __init__(self, candidate: int, rows: list[tuple[int, float, float]], error: Exception | None = None):

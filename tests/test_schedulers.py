@@ -7,8 +7,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from tune_runner.errors import UserError
-from tune_runner.search.schedulers import budget_share, build_scheduler, presets
 from tune_runner.spec.experiment import Component
+from tune_runner.tuning.schedulers import budget_share, build_scheduler, presets
 
 
 def test_shipped_presets_build_and_count_env_steps():
@@ -50,8 +50,8 @@ def test_asha_stops_a_worse_trial_at_the_first_rung():
 
 
 def test_every_type_has_a_preset_and_every_preset_builds():
-    from tune_runner.search.schedulers import SCHEDULERS
     from tune_runner.spec.search_space import parse_space
+    from tune_runner.tuning.schedulers import SCHEDULERS
 
     space = parse_space({"lr": {"loguniform": [1e-4, 1e-2]}, "act": {"choice": ["tanh", "relu"]}}, where="t")
     pb2_space = space[:1]
@@ -100,8 +100,8 @@ def test_time_attr_may_count_iterations_with_settings_in_its_own_units():
 def test_pbt_mutations_come_from_the_space_and_explore_stays_inside_bounds():
     from ray.tune.search.sample import Domain
 
-    from tune_runner.search.schedulers import Explore
     from tune_runner.spec.search_space import parse_space
+    from tune_runner.tuning.schedulers import Explore
 
     space = parse_space({"lr": {"loguniform": [1e-4, 1e-2]}, "epochs": {"randint": [2, 8]},
                          "clip": {"quniform": [0.1, 0.3, 0.05]}, "act": {"choice": ["tanh", "relu", "elu"]}},

@@ -36,7 +36,7 @@ def test_a_seeded_search_reports_per_seed_and_aggregate_and_reevaluates_in_one_t
     from mlflow.tracking import MlflowClient
 
     from tune_runner.algos.seeds import aggregate
-    from tune_runner.spec.seeds import per_seed
+    from tune_runner.spec.seed_keys import per_seed
 
     result = cli("search", "--space", str(seeded_space(tmp_path / "seeded.yaml")), "--name", "seeded")
     assert result.status == 0, result.out + result.err

@@ -7,7 +7,7 @@ import pytest
 from tune_runner.errors import UserError
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import build_spec
-from tune_runner.spec.seeds import per_seed, seed_key
+from tune_runner.spec.seed_keys import per_seed, seed_key
 
 BASE = {"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 2000}}
 
@@ -63,7 +63,7 @@ def test_bad_seed_settings_are_named(raw, fragment):
 
 
 def test_preflight_refuses_several_seeds_for_a_trainable_that_trains_one(forbid_ray):
-    from tune_runner.search.preflight import check_before_ray
+    from tune_runner.tuning.preflight import check_before_ray
 
     check_before_ray(spec_of(seeds_per_trial=4))  # ppo and dqn train several
     check_before_ray(spec_of(trainable="dqn", seeds_per_trial=4))
@@ -77,7 +77,7 @@ def test_preflight_refuses_several_seeds_for_a_trainable_that_trains_one(forbid_
 
 def test_a_user_agent_trains_several_seeds_only_when_it_says_so(forbid_ray, tmp_path, monkeypatch):
     from tune_runner.plugins import AGENTS, load_plugins
-    from tune_runner.search.preflight import check_before_ray
+    from tune_runner.tuning.preflight import check_before_ray
 
     monkeypatch.setattr(AGENTS, "_entries", dict(AGENTS._entries))  # undone after the test
     plugin = tmp_path / "agents.py"

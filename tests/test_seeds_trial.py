@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
-from tune_runner.spec.seeds import per_seed
+from tune_runner.spec.seed_keys import per_seed
 from tune_runner.trainables.own import OwnPPO
 
 CONFIG = {"env": "CartPole-v1", "env_config": {}, "num_envs_per_env_runner": 2, "train_batch_size_per_learner": 128,
@@ -100,7 +100,7 @@ def test_a_user_agent_of_several_seeds_gets_the_aggregate_added_by_the_trial(mon
 
 
 def test_the_pbt_audit_sees_a_single_seed_left_on_a_stale_lr():
-    from tune_runner.audit import AuditError, audit_result
+    from tune_runner.trainables.audit import AuditError, audit_result
 
     trial = OwnPPO(config=dict(CONFIG))
     trial.train()
@@ -132,8 +132,8 @@ def test_a_re_evaluation_line_counts_the_seeds_that_reached_stop_at_as_the_verdi
     import io
     from types import SimpleNamespace
 
-    from tune_runner.search.reevaluate import CANDIDATE_KEY, Candidate, _Progress, _solved_said
     from tune_runner.spec.experiment import load_spec
+    from tune_runner.tuning.reevaluate import CANDIDATE_KEY, Candidate, _Progress, _solved_said
 
     spec = load_spec("ppo_small")
     config = {SEEDS_KEY: 3, "seed": 1000, CANDIDATE_KEY: 0}
@@ -167,7 +167,7 @@ def test_a_trial_of_a_population_trains_each_seed_on_its_values_and_its_policy_e
     train's --population gives it): each seed gets its own values, and the policy of its checkpoint is exported
     (the one-seed view of the config, tune_runner.trainables.trial.one_seed_config)."""
     from tune_runner import tune_rl_policy
-    from tune_runner.results import model
+    from tune_runner.results import pyfunc_model as model
 
     values = {"lr": [1e-3, 3e-3, 2e-3], "gamma": [0.99, 0.9, 0.95]}
     config = {**CONFIG, **({f"population.{k}": v for k, v in values.items()} if form == "dotted"

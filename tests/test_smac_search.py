@@ -1,4 +1,4 @@
-"""`smac` (search/smac_search.py): SMAC3's multi-fidelity facade asked and told as Tune does it, without Ray.
+"""`smac` (searchers/_smac.py): SMAC3's multi-fidelity facade asked and told as Tune does it, without Ray.
 
 The objective is the oracle's (trainables/oracle.py): a config's peak return, reached by `rate` of the gap per
 1000 env steps, so a larger budget scores higher and a better config scores higher at every budget.
@@ -28,7 +28,7 @@ def oracle_return(config: dict) -> float:
 
 
 def smac(num_samples: int = 16, **settings):
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     return build_searcher(Component("smac", {"seed": 1, **settings}), params=parse_space(SPACE, where="s.yaml"),
                           where="s.yaml", budget=BUDGET, num_samples=num_samples)
@@ -74,7 +74,7 @@ def test_smac_gives_hyperband_budgets_and_promotes_the_better_configs(maximized,
 
 def test_mode_min_is_told_as_it_is(maximized, forbid_ray):
     """The same search minimizing the negated return promotes the same configs as maximizing the return."""
-    from tune_runner.search.searchers import build_searcher
+    from tune_runner.searchers import build_searcher
 
     minimizer = build_searcher(Component("smac", {"seed": 1}), params=parse_space(SPACE, where="s.yaml"),
                                where="s.yaml", budget=BUDGET, num_samples=16, metric="loss", mode="min")
@@ -114,7 +114,7 @@ def test_a_pickled_searcher_replays_its_asks_and_tells(forbid_ray):
 
 
 def test_the_stopper_ends_a_trial_at_its_own_budget_and_counts_it_done():
-    from tune_runner.search.stopper import BudgetStopper
+    from tune_runner.tuning.stopper import BudgetStopper
 
     spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": BUDGET},
                        "fixed": {"optimum": OPTIMUM}, "space": SPACE}, name="s", source="s.yaml")
@@ -128,7 +128,7 @@ def test_the_stopper_ends_a_trial_at_its_own_budget_and_counts_it_done():
 
 def test_reevaluation_retrains_a_candidate_at_the_spaces_budget():
     from tune_runner.results.robust import Candidate
-    from tune_runner.search.reevaluate import _space
+    from tune_runner.tuning.reevaluate import _space
 
     spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": BUDGET},
                        "fixed": {"optimum": OPTIMUM}, "space": SPACE}, name="s", source="s.yaml")

@@ -20,7 +20,7 @@ def test_every_shipped_space_loads_with_a_description(name):
 
 @pytest.mark.parametrize("backend", ["", "rllib/"])
 def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
-    from tune_runner.search.runner import prepare
+    from tune_runner.tuning.runner import prepare
 
     for name in shipped_spaces():
         if name == "oracle":  # trains nothing; no RLlib twin
@@ -77,7 +77,7 @@ def test_set_overrides_budget_fixed_and_pins_a_searched_value():
 def test_another_env_gets_its_own_stop_at_not_the_spaces(overrides, stop_at, note):
     """ppo_pendulum's -250 is a Pendulum return: on MountainCarContinuous every trial 'solved' it at its first
     result (returns -100..100), and the re-evaluation confirmed it, until --set env= took the new env's bar."""
-    from tune_runner.search.console import header
+    from tune_runner.tuning.console import header
 
     spec = load_spec("ppo_pendulum", overrides=overrides)
     assert spec.stop_at == stop_at
@@ -92,8 +92,8 @@ def test_another_env_gets_its_own_stop_at_not_the_spaces(overrides, stop_at, not
 
 
 def test_a_return_over_fewer_episodes_than_its_window_has_not_reached_stop_at():
-    from tune_runner.search.reevaluate import SeedRun, _seed_run
-    from tune_runner.search.stopper import BudgetStopper, EverySeedStopper
+    from tune_runner.tuning.reevaluate import SeedRun, _seed_run
+    from tune_runner.tuning.stopper import BudgetStopper, EverySeedStopper
 
     spec = build_spec({"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 10_000}, "stop_at": 475},
                       name="x", source="x.yaml")
@@ -181,7 +181,7 @@ def test_budget_accepts_float_written_whole_numbers():
 
 
 def test_stop_at_ends_a_trial_that_reached_the_target():
-    from tune_runner.search.runner import BudgetStopper
+    from tune_runner.tuning.runner import BudgetStopper
 
     spec = build_spec({"trainable": "rllib/DQN", "env": "CartPole-v1", "budget": {"env_steps": 1000},
                        "stop_at": 475}, name="x", source="x.yaml")

@@ -86,7 +86,7 @@ def test_ppo_search_logs_and_registers_a_policy_that_mlflow_alone_loads(ray_sess
     import gymnasium as gym
     from ray.tune import ExperimentAnalysis
 
-    from tune_runner.results.model import last_checkpoint
+    from tune_runner.results.pyfunc_model import last_checkpoint
     from tune_runner.trainables.agents import build_learner
     from tune_runner.trainables.own import CHECKPOINT_FILE
 

@@ -32,7 +32,7 @@ from tests.mlflow_helpers import (
     write_search_folder,
 )
 from tune_runner.errors import UserError
-from tune_runner.mlflow_uri import check_uri
+from tune_runner.tracking.uri import check_uri
 
 MARKER = "tune-rl-credential-5c1d"
 
@@ -134,7 +134,7 @@ def test_two_concurrent_writers_get_complete_runs(server, tmp_path):
 
 @pytest.mark.e2e  # a real mlflow server on PostgreSQL: not for the quick unit run
 def test_credentials_never_reach_runs_models_or_artifacts(server, tmp_path, monkeypatch):
-    from tune_runner.tracking import model
+    from tune_runner.tracking import log_model as model
 
     for name in CREDENTIAL_VARS:
         monkeypatch.setenv(name, MARKER)

@@ -71,7 +71,7 @@ def test_set_env_and_other_run_settings_change_the_run_not_the_learner_config(tm
 def test_seeds_per_trial_and_seed_aggregate_are_the_runs_settings_with_or_without_a_bundle(tmp_path):
     """`train --set seeds_per_trial=3` was refused ("set it at the top level of the file") with no file to set it
     in: like search's --seeds-per-trial they are the run's; a population's lists are checked against them."""
-    from tune_runner.search.console import header
+    from tune_runner.tuning.console import header
 
     argv = ["train", "--env_name", "CartPole-v1", "--set", "seeds_per_trial=3", "--set", "seed_aggregate=min",
             "--population", "{gamma: [0.9, 0.95, 0.99]}"]

@@ -2,7 +2,7 @@
 iteration within about a second of being scheduled; bench/search_e2e.py measures the seconds).
 
 Ray Tune gives every trial actor a runtime env of environment variables, and a worker with a runtime env is
-never an idle one. tune_runner.search.cluster leaves it out while the workers already inherited every one of
+never an idle one. tune_runner.cluster.session leaves it out while the workers already inherited every one of
 those variables with the same value, and keeps it when one changed after Ray started.
 """
 

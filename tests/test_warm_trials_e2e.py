@@ -1,4 +1,4 @@
-"""The re-evaluation starts on the search's last trial actors (tune_runner.search.warm), on a real local Ray: the
+"""The re-evaluation starts on the search's last trial actors (tune_runner.tuning.warm), on a real local Ray: the
 same processes, reset for the new trials, and nothing left holding CPUs afterwards, also when the kept actors do
 not fit what the next fit asks for."""
 
@@ -53,8 +53,8 @@ def test_the_reevaluation_trains_in_the_searchs_last_trial_processes(ray_session
 def test_kept_actors_that_do_not_fit_the_next_fit_are_ended_and_it_runs(ray_session, tmp_path):
     from ray import tune
 
-    from tune_runner.search.warm import WarmTrials
     from tune_runner.trainables.oracle import Oracle, OracleStaleRestore
+    from tune_runner.tuning.warm import WarmTrials
 
     def fit(trainable, name: str, **config) -> list:
         tuner = tune.Tuner(trainable, param_space={**ORACLE, "x": tune.grid_search([0.1, 0.9]), **config},

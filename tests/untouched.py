@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tune_runner.mlflow_uri import redacted
+from tune_runner.tracking.uri import redacted
 
 
 def files_under(roots: Iterable[Path]) -> dict[Path, tuple[int, int] | None]:

@@ -17,10 +17,6 @@ API = ("search", "best", "resume", "report", "load_policy", "SearchResult", "Bes
 def __getattr__(name: str) -> object:
     if name not in API:
         raise AttributeError(f"module 'tune_runner' has no attribute {name!r}")
-    if name == "search":  # the subpackage tune_runner.search, callable: it runs the API's search
-        import tune_runner.search as package
-
-        return package
     from tune_runner import api
 
     return getattr(api, name)

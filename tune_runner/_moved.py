@@ -1,4 +1,6 @@
-"""The modules' paths in tune-rl 0.1.0, before its subpackages, and where each module went.
+"""The modules' paths of earlier layouts, and where each module went: 0.1.0's flat modules, and the subpackage
+layout before the second redesign (issue 42: `search/` split into tuning/, searchers/ and cluster/, the top-level
+helpers into the subpackages they serve, clashing names renamed).
 
 Ray Tune pickles a search's stopper, spec and callbacks by module path (tuner.pkl, experiment_state-*.json): a
 search started by 0.1.0 names `tune_runner.runner.BudgetStopper`, `tune_runner.progress.LiveView`, ...; users'
@@ -11,6 +13,11 @@ Five old modules share their name with the subpackage they went into (`spec`, `t
 `results`, `cli`): the package forwards attribute look-ups to the module (`forward`), so
 `tune_runner.spec.ExperimentSpec` and the console script's `tune_runner.cli:entry_point` still resolve (the
 package is another module object, though). Our own code imports the new paths (tests/test_architecture.py).
+
+The old subpackage `search` is gone, and `tr.search` is the API's function. A pickle naming
+`tune_runner.search.stopper.BudgetStopper` still loads: the finder answers `tune_runner.search` with an empty
+package whose modules are the aliases. The import system then sets that package as tune_runner's attribute
+`search`, so in a process that imported an old `tune_runner.search.*` path, call `tune_runner.api.search`.
 """
 
 from __future__ import annotations
@@ -48,22 +55,43 @@ MOVED = {
     "report": "results.summary",
     "evaluate": "results.evaluate",
     "policy": "results.policy",
-    "model": "results.model",
+    "model": "results.pyfunc_model",
     "robust": "results.robust",
-    "runner": "search.runner",
-    "preflight": "search.preflight",
-    "schedulers": "search.schedulers",
-    "searchers": "search.searchers",
-    "progress": "search.progress",
-    "progress_csv": "search.progress_csv",
-    "reaper": "search.reaper",
-    "jobs": "search.jobs",
-    "resume": "search.resume",
-    "verify": "search.verify",
+    "runner": "tuning.runner",
+    "preflight": "tuning.preflight",
+    "schedulers": "tuning.schedulers",
+    "progress": "tuning.progress",
+    "progress_csv": "tuning.progress_csv",
+    "reaper": "cluster.reaper",
+    "jobs": "cluster.jobs",
+    "resume": "tuning.resume",
+    "verify": "tuning.verify",
     "cli": "cli.main",
     "completion": "cli.completion",
     "train": "cli.train",
+    # the subpackage layout before issue 42
+    **{f"search.{name}": f"tuning.{name}" for name in (
+        "runner", "preflight", "resume", "reevaluate", "verify", "warm", "stopper", "console", "progress",
+        "progress_csv", "schedulers")},
+    "search.searchers": "searchers",
+    "search.smac_search": "searchers._smac",
+    "search.nevergrad_search": "searchers._nevergrad",
+    "search.conditional": "searchers.conditional",
+    "search.config_space": "searchers.config_space",
+    "search.cluster": "cluster.session",
+    "search.reaper": "cluster.reaper",
+    "search.jobs": "cluster.jobs",
+    "mlflow_uri": "tracking.uri",
+    "metrics": "trainables.metrics",
+    "audit": "trainables.audit",
+    "env_api": "plugins.env_api",
+    "env_registry": "plugins.envs",
+    "add_args": "plugins.add_args",
+    "results.model": "results.pyfunc_model",
+    "tracking.model": "tracking.log_model",
+    "spec.seeds": "spec.seed_keys",
 }
+GONE_PACKAGES = ("tune_runner.search",)  # old packages with no module of their own left: their modules moved
 FORWARD = {old: new for old, new in MOVED.items() if new.startswith(old + ".")}
 ALIASES = {f"tune_runner.{old}": f"tune_runner.{new}" for old, new in MOVED.items() if old not in FORWARD}
 
@@ -72,13 +100,17 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module path and loads it as the module at its new path."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name in GONE_PACKAGES:
+            return importlib.util.spec_from_loader(name, self, is_package=True)
         return importlib.util.spec_from_loader(name, self) if name in ALIASES else None
 
-    def create_module(self, spec: Any) -> ModuleType:
+    def create_module(self, spec: Any) -> ModuleType | None:
+        if spec.name in GONE_PACKAGES:
+            return None  # an empty package, made by the import system
         return importlib.import_module(ALIASES[spec.name])  # its __name__ and __spec__ stay the new ones
 
     def exec_module(self, module: ModuleType) -> None:
-        """Already executed under its new name."""
+        """Already executed under its new name; a gone package has nothing to run."""
 
 
 def forward(package: str) -> Callable[[str], Any]:

@@ -3,7 +3,7 @@
 A search on a URI works in a local copy for what runs after Tune (selection, export, report):
 it fetches the experiment from the URI into TUNE_RL_HOME/results/<name> once Tune is done, and
 sends the files it wrote there back. Commands that read an experiment folder (best, report) need a
-local one; resume fetches what the search saved (tune_runner.search.resume) into that local copy.
+local one; resume fetches what the search saved (tune_runner.tuning.resume) into that local copy.
 """
 
 from __future__ import annotations

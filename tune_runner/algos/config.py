@@ -14,7 +14,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tune_runner.errors import unknown_name
-from tune_runner.spec.seeds import AGGREGATES, SEED_STRIDE
+from tune_runner.spec.seed_keys import AGGREGATES, SEED_STRIDE
 
 if TYPE_CHECKING:
     from tune_runner.algos.replay import Prioritized

@@ -8,7 +8,7 @@ learner's own envs or rollout workers, so both modes run the same loop.
 
 A result reports a loss only when it was computed: an iteration without a gradient step
 leaves the key out (a user's agent may set it to None; the trial drops it). A NaN that a
-learner did compute is divergence (tune_runner.audit.check_finite).
+learner did compute is divergence (tune_runner.trainables.audit.check_finite).
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from tune_runner.add_args import options, options_parser, parse_options  # noqa: F401 - their old home
 from tune_runner.errors import unknown_name
 from tune_runner.plugins import BUILT_IN_MODEL, MODELS, register_model  # noqa: F401 - plug-in files import it from here too
+from tune_runner.plugins.add_args import options, options_parser, parse_options  # noqa: F401 - their old home
 
 BUILT_IN = BUILT_IN_MODEL  # our learners' own MLP, sized by their fcnet_hiddens / fcnet_activation settings
 # MODELS holds it as "tune_runner.algos.networks:MLP" from the start (tune_runner.plugins), so that the

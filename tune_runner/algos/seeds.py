@@ -26,7 +26,7 @@ import numpy as np
 
 from tune_runner.algos.config import SEED_AGGREGATES as AGGREGATES
 from tune_runner.errors import unknown_name
-from tune_runner.spec.seeds import PREFIX, SEED_STRIDE, seed_key
+from tune_runner.spec.seed_keys import PREFIX, SEED_STRIDE, seed_key
 
 COUNTERS = ("env_steps", "episodes")  # aggregated as the minimum over the seeds
 

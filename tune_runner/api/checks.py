@@ -51,7 +51,7 @@ def run_options(*, storage: Any, mlflow_uri: str | None, name: str | None, verbo
 
     address = check_run_settings(address=address, num_cpus=num_cpus, num_gpus=num_gpus, cpus_per_trial=cpus_per_trial,
                                  gpus_per_trial=gpus_per_trial, gpu=gpu)
-    from tune_runner.search.runner import RunOptions  # Ray Tune and MLflow: after every check of the settings
+    from tune_runner.tuning.runner import RunOptions  # Ray Tune and MLflow: after every check of the settings
 
     return RunOptions(storage=storage or paths.default_storage(), mlflow_uri=mlflow_uri or paths.default_mlflow_uri(),
                       name=name, verbose=verbose, num_cpus=num_cpus, num_gpus=num_gpus,

@@ -97,7 +97,7 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, *, top: int, seeds: int
     from datetime import datetime
 
     from tune_runner.results import robust
-    from tune_runner.search.reevaluate import reevaluate_best
+    from tune_runner.tuning.reevaluate import reevaluate_best
 
     verdict = reevaluate_best(spec, loaded, path, top=top, seeds=seeds, num_cpus=num_cpus,
                               name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=out)
@@ -117,12 +117,12 @@ def report(experiment: str | Path, *, storage: str | Path | None = None,
            mlflow_uri: str | None = None) -> ReportResult:
     """Write the HTML report of a search (plots, importances, top configs) and log it to the search's MLflow
     parent run (in `mlflow_uri`, default: the store the search logged to), as `tune-rl report`."""
-    from tune_runner import mlflow_uri as uris
     from tune_runner import paths
     from tune_runner.results import analysis
     from tune_runner.results import report as html_report
-    from tune_runner.search import resume
     from tune_runner.tracking import parent as parent_run
+    from tune_runner.tracking import uri as uris
+    from tune_runner.tuning import resume
 
     storage = storage_setting(storage)
     path = analysis.experiment_path(str(experiment), storage=storage, command="report")

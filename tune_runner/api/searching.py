@@ -41,11 +41,11 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
     ray = {"address": address, "num_cpus": num_cpus, "num_gpus": num_gpus, "cpus_per_trial": cpus_per_trial,
            "gpus_per_trial": gpus_per_trial, "gpu": gpu}
     check_run_settings(**ray)
-    from tune_runner.search import preflight
+    from tune_runner.tuning import preflight
 
     # A bad env or env_config is refused here, before Ray Tune and torch load (runner imports them): seconds sooner.
     preflight.check_before_ray(preflight.with_trial_resources(spec, cpus=cpus_per_trial, gpus=gpus_per_trial))
-    from tune_runner.search import runner
+    from tune_runner.tuning import runner
 
     extra = {} if max_failures is None else {"max_failures": max_failures}
     options = run_options(storage=storage, mlflow_uri=mlflow_uri, name=name, verbose=verbose, **ray, export=export,
@@ -79,7 +79,7 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
     if seed_aggregate:
         changes["seed_aggregate"] = seed_aggregate
     if searcher:
-        from tune_runner.search.searchers import COMMON
+        from tune_runner.searchers import COMMON
 
         kept = {k: v for k, v in spec.searcher.settings.items() if k in COMMON}  # seed, warm start, points
         changes["searcher"] = Component(searcher, kept)
@@ -97,7 +97,7 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
 def _check_aggregate(how: str | None) -> None:
     """--seed-aggregate names one of spec.seeds.AGGREGATES."""
     from tune_runner.errors import unknown_name
-    from tune_runner.spec.seeds import AGGREGATES
+    from tune_runner.spec.seed_keys import AGGREGATES
 
     if how is not None and how not in AGGREGATES:
         raise UserError(f"--seed-aggregate: {unknown_name('seed aggregate', how, AGGREGATES)}")
@@ -137,7 +137,7 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
            num_cpus: int | None = None, verbose: bool = False, out: TextIO | None = None) -> SearchResult:
     """Continue the interrupted search `name` (under `storage`, or a folder) to its end, as `tune-rl resume`,
     with the options it was started with. A search that finished already is returned as it stands."""
-    from tune_runner.search import resume as saved
+    from tune_runner.tuning import resume as saved
 
     out = out or sys.stdout
     storage = storage_setting(storage)
@@ -155,7 +155,7 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
     if run is None:
         print(f"note: {folder.name} has no {saved.RUN_FILE} (started before tune-rl saved run options); it "
               f"continues with this command's flags and the current defaults", file=out, flush=True)
-    from tune_runner.search import runner
+    from tune_runner.tuning import runner
 
     options = runner.RunOptions(**fields, name=folder.name, verbose=verbose, resume=True)
     return _result(runner.run(spec, options, out=out))
@@ -163,7 +163,7 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
 
 def _result(outcome: Any) -> SearchResult:
     """The result of a search that ran; raised within an AllTrialsFailed or Interrupted when it gave none."""
-    from tune_runner.search.resume import read_spec
+    from tune_runner.tuning.resume import read_spec
 
     path = outcome.experiment_path
     spec = read_spec(path)  # the spec the search saved: the one it ran (trial resources included)

@@ -107,7 +107,7 @@ def cmd_spaces(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner.search.schedulers import presets
+    from tune_runner.tuning.schedulers import presets
 
     shipped = presets()
     width = max(map(len, shipped), default=0)
@@ -147,8 +147,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner import paths
-    from tune_runner.search import runner, verify
-    from tune_runner.search.preflight import check_storage
+    from tune_runner.tuning import runner, verify
+    from tune_runner.tuning.preflight import check_storage
 
     positive("--seeds", args.seeds)
     bundle = verify.load(args.bundle)  # bad input answered before Ray starts
@@ -193,7 +193,7 @@ def cmd_dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner.search import jobs
+    from tune_runner.cluster import jobs
 
     address = jobs.dashboard_address(args.address)
     for flag in ("num_cpus", "num_gpus", "gpu"):
@@ -221,7 +221,7 @@ def cmd_submit(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace, out: TextIO) -> int:
-    from tune_runner.search import jobs
+    from tune_runner.cluster import jobs
 
     address = jobs.dashboard_address(args.address)
     if args.action == "list":

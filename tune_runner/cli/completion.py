@@ -79,14 +79,14 @@ def spaces_and_files(prefix: str, **_: Any) -> list[str]:
 def scheduler_names(**_: Any) -> list[str]:
     """Scheduler presets and the scheduler types a space or --scheduler may name."""
     from tune_runner import paths
-    from tune_runner.search.schedulers import SCHEDULERS
+    from tune_runner.tuning.schedulers import SCHEDULERS
 
     presets = [p.stem for p in sorted(paths.shipped("schedulers").glob("*.yaml"))]
     return list(dict.fromkeys([*presets, *SCHEDULERS.names()]))
 
 
 def searcher_names(**_: Any) -> list[str]:
-    from tune_runner.search.searchers import SEARCHERS
+    from tune_runner.searchers import SEARCHERS
 
     return SEARCHERS.names()
 

@@ -76,7 +76,7 @@ def leave(status: int) -> NoReturn:
         sys.exit(status)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    from tune_runner.search.cluster import end_local_ray
+    from tune_runner.cluster.session import end_local_ray
 
     if not end_local_ray():  # a joined cluster: this driver disconnects
         ray.shutdown()

@@ -106,7 +106,7 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
                 group.add_argument(flag, dest=f"agent:{flag[2:]}", default=argparse.SUPPRESS, **kwargs)
                 taken.add(flag)
         if model and model in MODELS and model != "mlp":  # models.BUILT_IN: the agent's fcnet_* size it
-            from tune_runner.add_args import options
+            from tune_runner.plugins.add_args import options
 
             group = parser.add_argument_group(f"options of model {model} (model_config)")
             for action in options(MODELS.get(model), prog=model).values():
@@ -125,7 +125,7 @@ def agent_flags(agent: str) -> list[tuple[str, dict[str, Any]]]:
 
     config = agents.config_class(agent)
     if not dataclasses.is_dataclass(config):
-        from tune_runner.add_args import options
+        from tune_runner.plugins.add_args import options
 
         return [(a.option_strings[0], {"type": a.type, "nargs": a.nargs, "choices": a.choices, "help": a.help})
                 for a in options(agents.agent_class(agent), prog=agent).values()]
@@ -257,8 +257,8 @@ def _budget(args: argparse.Namespace, fixed: dict[str, Any]) -> int | None:
 
 def _check_names(*, agent: str, env: str) -> None:
     """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
-    from tune_runner.search.preflight import unknown_env
     from tune_runner.trainables.catalog import backend
+    from tune_runner.tuning.preflight import unknown_env
 
     try:
         backend(agent)
@@ -308,7 +308,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
     """Run `tune-rl train`."""
     from tune_runner.cli.options import positive, run_options
     from tune_runner.plugins import load_plugins
-    from tune_runner.search import runner
+    from tune_runner.tuning import runner
 
     for flag in ("budget", "num_cpus", "num_envs_per_worker", "batch_size"):
         positive(f"--{flag}", getattr(args, flag))

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_runner import metrics, paths
+from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, unknown_name
+from tune_runner.trainables import metrics
 
 SCOPE_HELP = "last | max | avg-last-N (e.g. avg-last-5)"
 STATE_FIX = "Ray Tune wrote it; restore it, or delete it if an older experiment_state-*.json is beside it"

@@ -32,7 +32,7 @@ from tune_runner.algos.config import MASK_KEYS
 from tune_runner.algos.normalize import normalized
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
-from tune_runner.results.model import uses_cnn
+from tune_runner.results.pyfunc_model import uses_cnn
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 

@@ -3,7 +3,7 @@
 RL returns are noisy; the trial that looks best after one seed is often lucky. After a
 search (or with `tune-rl best EXP --reevaluate K --seeds N`) the top K configs are trained
 again on N seeds that the search did not use, with the search's budget, as one small Tune
-run of its own (tune_runner.search.reevaluate runs it; this module holds the statistics only).
+run of its own (tune_runner.tuning.reevaluate runs it; this module holds the statistics only).
 Each config's final returns are summarised by their interquartile mean (IQM: the mean of the
 middle half, `trimmed_mean(x, 0.25)`) with a percentile-bootstrap 95% confidence interval; the
 config with the best IQM wins, and when its interval overlaps the runner-up's the output says
@@ -116,7 +116,7 @@ class SeedRun:
     """The re-evaluation trial folder it trained in (one per seed, or one for a trial of several seeds)."""
     stopped_at: int | None = None
     """Unsolved, and stopped at these env steps before the budget because nothing it could still do would change
-    the verdict (search.stopper.RankingStopper); it counts at the budget, as a run that never solved."""
+    the verdict (tuning.stopper.RankingStopper); it counts at the budget, as a run that never solved."""
 
 
 @dataclass(frozen=True)

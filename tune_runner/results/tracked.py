@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tune_runner import mlflow_uri
 from tune_runner.errors import UserError, unknown_name
-from tune_runner.mlflow_uri import flat_params
 from tune_runner.paths import SPEC_FILE
 from tune_runner.results import trials as results
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.saved import read_logged_spec
 from tune_runner.spec.search_space import LIST_DISTS, Param
+from tune_runner.tracking import uri as mlflow_uri
+from tune_runner.tracking.uri import flat_params
 
 PREFIX = "runs:/"
 # Child-run status tags (tune_runner.tracking.callback) as Ray Tune names a trial's status.
@@ -236,7 +236,7 @@ def _verdict(client: Any, run: Any, shown: str) -> dict | None:
 
 
 def _refuse_population(spec: ExperimentSpec, run: Any, shown: str) -> None:
-    from tune_runner.search.schedulers import SCHEDULERS
+    from tune_runner.tuning.schedulers import SCHEDULERS
 
     kind = SCHEDULERS.peek(spec.scheduler.name)
     if getattr(kind, "population", False):

@@ -18,7 +18,8 @@ import yaml
 from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, closest, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
-from tune_runner.spec import reserved, seeds
+from tune_runner.spec import reserved
+from tune_runner.spec import seed_keys as seeds
 from tune_runner.spec.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -63,7 +64,7 @@ class ExperimentSpec:
     plugins: tuple[str, ...] = ()
     """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
     seeds_per_trial: int = 1
-    """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seeds)."""
+    """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
     seed_aggregate: str = seeds.DEFAULT_AGGREGATE
     stop_at_note: str = ""
     """Where stop_at came from when `--set env=` moved the search off the space's env (retarget_stop_at); not saved."""

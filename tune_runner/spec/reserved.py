@@ -19,7 +19,7 @@ MIN_TIME_KEY = "min_time_s_per_iteration"
 RESERVED: dict[str, str] = {
     "env": "the gymnasium env id: the space file's top-level env",
     "env_config": "the env's settings: the space file's top-level env_config (env_config.NAME searches one)",
-    CANDIDATE_KEY: "which candidate a re-evaluation trial re-trains (search/reevaluate.py)",
+    CANDIDATE_KEY: "which candidate a re-evaluation trial re-trains (tuning/reevaluate.py)",
     PLUGINS_KEY: "the plug-in files of the search, as absolute paths: each trial process imports them again",
     BUDGET_KEY: "the trial's own env-step budget, below the space's, from a multi-fidelity searcher (smac_search.py)",
     "cpus_per_trial": "the CPUs of one trial of our trainables or the oracle (--cpus-per-trial, or fixed:)",
@@ -28,7 +28,7 @@ RESERVED: dict[str, str] = {
     "env_task_fn": "a curriculum's task function, FILE:FUNCTION (trainables/curriculum.py)",
     MIN_TIME_KEY: "the least seconds of learner iterations our trials train between two reports (RLlib reads its "
                   "own key of that name)",
-    SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seeds.py)",
+    SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seed_keys.py)",
     AGGREGATE_KEY: "how the trial sums its seeds up under each metric's plain name (iqm, mean, median, min)",
 }
 PREFIX = "env_config."  # a key `env_config.NAME` sets env_config["NAME"] (searched or fixed)

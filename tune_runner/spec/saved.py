@@ -23,9 +23,9 @@ import yaml
 
 from tune_runner import files, storage
 from tune_runner.errors import UserError
-from tune_runner.mlflow_uri import redacted
 from tune_runner.paths import FINISHED_MARK, RUN_FILE, SPEC_FILE
 from tune_runner.spec.experiment import ExperimentSpec, build_spec
+from tune_runner.tracking.uri import redacted
 
 FORMAT = 1
 
@@ -79,7 +79,7 @@ def absolute_uri(uri: str) -> str:
 
 
 def run_fields(options: Any) -> dict[str, Any]:
-    """What tune_rl_run.yaml holds for a search's RunOptions (tune_runner.search.runner), secrets left out."""
+    """What tune_rl_run.yaml holds for a search's RunOptions (tune_runner.tuning.runner), secrets left out."""
     kept = {k: getattr(options, k) for k in KEPT}
     return {"format": FORMAT, "search_id": options.search_id, "storage": redacted(str(options.storage)),
             "mlflow_uri": redacted(absolute_uri(options.mlflow_uri)), **kept}

@@ -8,7 +8,7 @@ for that loop between its iterations (bench/search_e2e.py). A trial's run is com
 MLflow when the trial ends; a curve in the UI lags the trial by at most FLUSH_EVERY_S.
 
 MLflow's SQL store spends about 0.5-0.9 ms of CPU per metric row (its ORM), so rows are what costs. The PBT
-audit's `applied/<key>` and `requested/<key>` (tune_runner.audit: every result carries them, 10 of the 21
+audit's `applied/<key>` and `requested/<key>` (tune_runner.trainables.audit: every result carries them, 10 of the 21
 numbers a ppo_small result has) change only when PBT exploits; they are sent where their value changes, with
 the last point before each change, and their last point when the trial ends: the curve MLflow draws is the
 same line, from a handful of rows instead of one per result.
@@ -25,11 +25,9 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tune_runner.audit import PREFIX_APPLIED, PREFIX_REQUESTED
-
 # client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
 # flat_params too (tune_runner.tracked types a trial's params back with it)
-from tune_runner.mlflow_uri import (  # noqa: F401
+from tune_runner.tracking.uri import (  # noqa: F401
     MAX_PARAM_LENGTH,
     artifact_location,
     client,
@@ -37,6 +35,7 @@ from tune_runner.mlflow_uri import (  # noqa: F401
     flat_params,
     tag_filter,
 )
+from tune_runner.trainables.audit import PREFIX_APPLIED, PREFIX_REQUESTED
 
 # Tune's bookkeeping keys: not worth a metric curve each.
 NOT_METRICS = frozenset({
@@ -69,7 +68,7 @@ def experiment_id(mlflow: Any, name: str, uri: str) -> str:
 
 def metrics_of(result: dict[str, Any], *, step: int, now_ms: int) -> list[Any]:
     """The numeric, finite values of a trial result as MLflow metrics at `step` env steps; a seed's own curves
-    (`seed_<i>/<name>`, tune_runner.spec.seeds) beside the aggregate, less the same bookkeeping."""
+    (`seed_<i>/<name>`, tune_runner.spec.seed_keys) beside the aggregate, less the same bookkeeping."""
     from mlflow.entities import Metric
 
     return [Metric(key, float(value), now_ms, step) for key, value in result.items()

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from tune_runner import mlflow_uri, paths
+from tune_runner import paths
 from tune_runner.errors import UserError
 from tune_runner.tracking import dashboard_link
+from tune_runner.tracking import uri as mlflow_uri
 
 DEFAULT_PORT = 5000
 START_TIMEOUT_S = 180.0  # a cold start on a busy 2-core machine takes 10-20 s

@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from tune_runner import mlflow_uri
+from tune_runner.tracking import uri as mlflow_uri
 
 SHARE_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's own prefix: its UI looks the key up under it
 SPACE_TAG = "tune_rl.space"  # on every parent run (a search), on no trial's run

@@ -3,7 +3,7 @@
 `tune-rl report` draws later goes to the same run (log_report, ReportLogger).
 
 The child runs, one per trial, are tune_runner.tracking.callback's; the policy model logged on this
-run is tune_runner.tracking.model's. Nothing here imports MLflow or Ray at module level: `tune-rl
+run is tune_runner.tracking.log_model's. Nothing here imports MLflow or Ray at module level: `tune-rl
 report` imports this module in its own process and does the MLflow work in a child (ReportLogger).
 """
 
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tune_runner import mlflow_uri
 from tune_runner.paths import REPORT_FOLDER, SPEC_FILE
+from tune_runner.tracking import uri as mlflow_uri
 
 if TYPE_CHECKING:  # the report's child process imports this module: only what it uses
     from tune_runner.spec.experiment import ExperimentSpec
@@ -67,7 +67,7 @@ def close(mlflow: Any, parent: str, *, status: str) -> None:
 
 
 def log_outcome(mlflow: Any, parent: str, *, spec: ExperimentSpec, outcome: Any) -> None:
-    """A finished search's outcome (tune_runner.search.runner.Outcome) on its parent run: trial counts, time,
+    """A finished search's outcome (tune_runner.tuning.runner.Outcome) on its parent run: trial counts, time,
     the best trial and its searched values, the PBT audit, the robust verdict, best.yaml and the report."""
     from mlflow.entities import Metric, Param
 

@@ -13,7 +13,7 @@ A user's agent is a class with
     get_weights() / set_weights(w)       optional (seed 000's shape)
     close()                              optional
     seeds_per_trial = True               optional: it trains `args.num_seeds` seeds of its config at once and
-                                         reports `seed_<i>/<name>` per seed (tune_runner.spec.seeds); the trial
+                                         reports `seed_<i>/<name>` per seed (tune_runner.spec.seed_keys); the trial
                                          adds the aggregates. Undeclared: a search with seeds_per_trial > 1 is
                                          refused before launch
     action_spaces = ("Box",)             optional: the gymnasium space classes it trains on (and
@@ -33,7 +33,7 @@ from typing import Any
 
 from tune_runner.plugins import AGENTS
 from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
-from tune_runner.spec.seeds import DEFAULT_AGGREGATE
+from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins, trial_threads
 
 # ppo and dqn are in AGENTS from the start (tune_runner.plugins), as the built-in mlp is in MODELS.
@@ -50,14 +50,14 @@ class ArgsConfig:
         self.name, self.cls = name, cls
 
     def names(self) -> list[str]:
-        from tune_runner.add_args import options
+        from tune_runner.plugins.add_args import options
 
         return [*options(self.cls, prog=f"agent {self.name}"), *PROVIDED]
 
     def from_dict(self, values: Mapping[str, Any]) -> argparse.Namespace:
         """Defaults updated by `values`; an unknown key is a ValueError with the closest option."""
-        from tune_runner.add_args import parse_options
         from tune_runner.algos.networks import BUILT_IN, check_model
+        from tune_runner.plugins.add_args import parse_options
 
         own = {k: v for k, v in values.items() if k not in PROVIDED}
         args = parse_options(self.cls, own, prog=f"agent {self.name}")

@@ -11,7 +11,7 @@ before Ray starts read it); its methods import what they need when called.
 `oracle` trains nothing: its return is a known function of the config (tune_runner.trainables.oracle),
 for trying searchers and schedulers; `oracle/stateless` has no checkpoints and `oracle/stale-restore`
 restores stale hyperparameters (PBT's audit catches it). Every backend reports our metric names
-(tune_runner.metrics): the RLlib wrapper (not RLlib's own Tune integration) keeps results small.
+(tune_runner.trainables.metrics): the RLlib wrapper (not RLlib's own Tune integration) keeps results small.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tune_runner import metrics
 from tune_runner.errors import UserError, closest
 from tune_runner.spec.reserved import MIN_TIME_KEY, RESOURCE_KEYS
+from tune_runner.trainables import metrics
 from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Backend:
     reports: tuple[str, ...]  # result keys besides Tune's own (training_iteration, time_total_s, ...)
     trains: Trains | None
     can_checkpoint: bool  # saves and restores its state (PBT's exploit, pausing schedulers and resume need it)
-    seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seeds)
+    seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seed_keys)
 
     @property
     def time_attrs(self) -> tuple[str, ...]:
@@ -99,7 +99,7 @@ OWN_REPORTS = {  # `task` only with a curriculum (env_task_fn)
             "epsilon", "lr", "sps", "task"),
 }
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
-# Learner config fields that a trial fills in from the spec's seed settings (tune_runner.spec.seeds), never a space.
+# Learner config fields that a trial fills in from the spec's seed settings (tune_runner.spec.seed_keys), never a space.
 BY_THE_TRIAL = {"num_seeds": "seeds_per_trial", "seed_aggregate": "seed_aggregate"}
 USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares more with `reports = (...)`
 

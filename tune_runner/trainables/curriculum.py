@@ -240,7 +240,7 @@ def on_train_result(*, algorithm: Any, result: dict, ref: str, **_: Any) -> None
     """After RLlib's iteration: advance every EnvRunner's envs (evaluation ones too), add `curriculum/task`."""
     import functools
 
-    from tune_runner.metrics import RLLIB_METRICS, lookup
+    from tune_runner.trainables.metrics import RLLIB_METRICS, lookup
 
     steps = lookup(result, RLLIB_METRICS["env_steps"]) or 0
     results = task_results({k: v for k, v in result.items() if k != "config"}, env_steps=int(steps),

@@ -29,7 +29,7 @@ env-step count, as a schedule's rungs expect. Its state (return level, env steps
 the hyperparameters in use) is checkpointed, so PBT's exploit carries the level over and,
 once the restore applies the trial's own config again, the new config steers it from there.
 Reported: `episode_return_mean`, `env_steps`, `peak`, and `applied/<key>` for every
-hyperparameter it is using (tune_runner.audit): the values that steered this step's return.
+hyperparameter it is using (tune_runner.trainables.audit): the values that steered this step's return.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 
 from ray import tune
 
-from tune_runner.audit import audit_result, node_id
 from tune_runner.spec import reserved
+from tune_runner.trainables.audit import audit_result, node_id
 
 SETTINGS = ("optimum", "log_scale", "noise", "seed_noise", "rate", "steps_per_iteration", "seed",
             "fail_at", "fail_once", "nan_at", "sleep_s")
@@ -128,7 +128,7 @@ class Oracle(tune.Trainable):
     def step(self) -> dict[str, Any]:
         import time
 
-        from tune_runner.audit import check_finite
+        from tune_runner.trainables.audit import check_finite
 
         time.sleep(float(self.config.get("sleep_s", 0.0) or 0.0))
         fail_at = self.config.get("fail_at")

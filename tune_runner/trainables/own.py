@@ -17,7 +17,7 @@ from ray import tune
 
 from tune_runner.algos.config import ALIASES
 from tune_runner.spec.reserved import AGGREGATE_KEY, MIN_TIME_KEY, SEEDS_KEY
-from tune_runner.spec.seeds import DEFAULT_AGGREGATE
+from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.checkpoints import CHECKPOINT_FILE  # noqa: F401 - where tests and tools look for it
@@ -67,7 +67,7 @@ class OwnTrainable(tune.Trainable):
             self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite, computed, node_id
+        from tune_runner.trainables.audit import audit_result, check_finite, computed, node_id
 
         result = computed(self._train())
         check_finite(result)
@@ -118,7 +118,7 @@ class OwnTrainable(tune.Trainable):
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the learner uses them: the optimizer's lr, the learner's config."""
-        from tune_runner.audit import AUDITED
+        from tune_runner.trainables.audit import AUDITED
 
         out = {}
         per_seed = getattr(getattr(self.learner, "config", None), "population", None) or {}

@@ -12,8 +12,8 @@ from typing import Any
 
 from ray import tune
 
-from tune_runner import metrics
 from tune_runner.errors import closest
+from tune_runner.trainables import metrics
 from tune_runner.trainables.curriculum import TASK_FN
 from tune_runner.trainables.trial import ENV_KEYS, PREFIX, env_config_of, load_trial_plugins, nest
 
@@ -31,7 +31,7 @@ class RLlibTrainable(tune.Trainable):
         self._last: dict[str, float] = {}
 
     def step(self) -> dict[str, float]:
-        from tune_runner.audit import audit_result, check_finite, node_id
+        from tune_runner.trainables.audit import audit_result, check_finite, node_id
 
         result = metrics.from_rllib(self.algo.train(), previous=self._last)
         check_finite(result)
@@ -40,7 +40,7 @@ class RLlibTrainable(tune.Trainable):
 
     def applied(self) -> dict[str, float]:
         """The audited hyperparameters as the (first) learner uses them: its optimizer's lr, its config."""
-        from tune_runner.audit import AUDITED
+        from tune_runner.trainables.audit import AUDITED
 
         keys = [k for k in AUDITED if k in self.config]
 

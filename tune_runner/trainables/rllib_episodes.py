@@ -13,7 +13,7 @@ they count it themselves, the way our own learners do:
   them in place (PPO appends one step to each), and a local EnvRunner shares them;
 - `on_train_result` runs in the Algorithm's process after every iteration: it collects those
   lists from every EnvRunner into the Algorithm's `EpisodeWindow` and writes the window's
-  figures to `result["tune_rl"]`, where tune_runner.metrics reads them.
+  figures to `result["tune_rl"]`, where tune_runner.trainables.metrics reads them.
 
 The state lives in attributes of the EnvRunner and the Algorithm, the objects that live as long
 as it must (RLlib's docs advise callbacks and attributes, not its MetricsLogger, for moving data

@@ -72,7 +72,7 @@ def best_member(config: Mapping[str, Any], result: Mapping[str, Any], *, metric:
     """A trial config as one config: itself, or of a trial whose seeds were a population (`population_of`) the
     one-seed config of the seed whose `metric` in `result` was best (NaN, no episode yet: never), with that seed's
     own seed; and which seed that was (None: no population)."""
-    from tune_runner.spec.seeds import SEED_STRIDE, per_seed
+    from tune_runner.spec.seed_keys import SEED_STRIDE, per_seed
 
     if not population_of(config):
         return dict(config), None

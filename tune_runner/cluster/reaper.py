@@ -6,7 +6,7 @@ runtime-env agents among them). `ensure_ray` marks every process it starts with
 `TUNE_RL_DRIVER_PID=<pid>` in the environment (inherited by Ray's daemons and by the workers
 the raylet forks) and starts this watchdog in its own session:
 
-    python -m tune_runner.search.reaper DRIVER_PID
+    python -m tune_runner.cluster.reaper DRIVER_PID
 
 It polls the driver, noting its descendants each time; once the driver is gone it sends SIGTERM to
 every process carrying the mark and to those last noted (when still the same processes: Ray's agents
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 MARK = "TUNE_RL_DRIVER_PID"
-MODULE = "tune_runner.search.reaper"  # as `python -m` names it in the watchdog's command line
+MODULE = "tune_runner.cluster.reaper"  # as `python -m` names it in the watchdog's command line
 
 
 def marked(driver: int) -> list[int]:

@@ -16,10 +16,10 @@ from typing import Any
 
 from tune_runner import paths, storage
 from tune_runner.errors import NotFound, UserError
-from tune_runner.mlflow_uri import redacted
 from tune_runner.paths import FINISHED_MARK, RUN_FILE, SPEC_FILE
 from tune_runner.spec import saved
 from tune_runner.spec.saved import KEPT, absolute_uri
+from tune_runner.tracking.uri import redacted
 
 # The saved files' one reader and writer is spec/saved.py; resume's callers reach them from here too.
 save, mark_finished, finished = saved.save, saved.mark_finished, saved.finished

@@ -23,7 +23,7 @@ from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.hyperopt import HyperOptSearch
 
 from tune_runner.errors import UserError
-from tune_runner.search.config_space import config_space, from_config_space
+from tune_runner.searchers.config_space import config_space, from_config_space
 from tune_runner.spec.search_space import LIST_DISTS, Param, _freeze, _thaw, prune
 
 

@@ -15,7 +15,7 @@ Ray workers on machines without the file still get its classes.
 Importing this module, or loading a plug-in file, imports neither Ray nor gymnasium (a file
 imports what it needs): the envs a file registers go to Ray Tune's registry by `ship_to_ray`,
 when a search or a trial starts. The env side (the factory, gymnasium's and Ray's registries) is
-tune_runner.env_registry, which knows nothing of plug-in files; its names are re-exported here,
+tune_runner.plugins.envs, which knows nothing of plug-in files; its names are re-exported here,
 where plug-in files and old pickles (Ray's `_RayCreator`, Tune's `EnvFactory`) look for them.
 """
 
@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 from tune_runner import files
 from tune_runner import paths as tune_paths
-from tune_runner.env_registry import (  # noqa: F401 - re-exported: plug-in files and old pickles find them here
+from tune_runner.errors import UserError
+from tune_runner.plugins.envs import (  # noqa: F401 - re-exported: plug-in files and old pickles find them here
     ENVS,
     EnvFactory,
     _RayCreator,
@@ -48,7 +49,6 @@ from tune_runner.env_registry import (  # noqa: F401 - re-exported: plug-in file
     registered_env,
     ship_envs,
 )
-from tune_runner.errors import UserError
 from tune_runner.registry import Registry
 
 T = TypeVar("T")

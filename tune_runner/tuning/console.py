@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from tune_runner import mlflow_uri, storage
+from tune_runner import storage
 from tune_runner.results import analysis
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.tracking import uri as mlflow_uri
 
 
 def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
@@ -41,7 +42,7 @@ def config_line(spec: ExperimentSpec, best: analysis.Best) -> str:
 
 def best_line(spec: ExperimentSpec, best: analysis.Best, verdict: Any) -> str:
     """What the best trial scored and how it was chosen: with stop_at, by solving (soonest, or on fresh seeds)."""
-    from tune_runner.search.progress import fmt_value
+    from tune_runner.tuning.progress import fmt_value
 
     if verdict is not None and verdict.target is not None:
         from tune_runner.results.robust import headline
@@ -66,7 +67,7 @@ def where_to_look(uri: str) -> str:
 
 
 def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str, model: Any, out: TextIO) -> None:
-    """A finished search (tune_runner.search.runner's Outcome and RunOptions): trials, errors, the best and
+    """A finished search (tune_runner.tuning.runner's Outcome and RunOptions): trials, errors, the best and
     its config, the PBT audit, the robust verdict, and where its results, runs, model and bundle are."""
 
     minutes, seconds = divmod(int(outcome.seconds), 60)

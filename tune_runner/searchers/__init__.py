@@ -95,13 +95,13 @@ def _bohb(settings: dict, params: tuple[Param, ...], points: list[dict]) -> Any:
 
 
 def _smac(settings: dict, params: tuple[Param, ...], points: list[dict], **context: Any) -> Any:
-    from tune_runner.search.smac_search import smac_searcher
+    from tune_runner.searchers._smac import smac_searcher
 
     return smac_searcher(settings, params, points, **context)
 
 
 def _nevergrad(settings: dict, params: tuple[Param, ...], points: list[dict], **context: Any) -> Any:
-    from tune_runner.search.nevergrad_search import nevergrad_searcher
+    from tune_runner.searchers._nevergrad import nevergrad_searcher
 
     return nevergrad_searcher(settings, params, points, **context)
 
@@ -180,8 +180,8 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
         if kind.owns_space:  # holds the space itself, conditions included
             return kind.build(component.settings, params, points, budget=budget, num_samples=num_samples,
                               metric=metric, mode=mode, where=where)
-        if any(p.when for p in params):  # the searcher holds the space: see tune_runner.search.conditional
-            from tune_runner.search import conditional
+        if any(p.when for p in params):  # the searcher holds the space: see tune_runner.searchers.conditional
+            from tune_runner.searchers import conditional
 
             settings = component.settings
             return conditional.searcher(

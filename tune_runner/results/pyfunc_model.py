@@ -7,7 +7,7 @@ is its loader, copied into the model), so
     mlflow.pyfunc.load_model("models:/NAME/1").predict(obs)
 
 needs mlflow, torch and numpy, not tune-rl. RLlib's trainables and the oracle are not exported.
-Logging it to a run is tune_runner.tracking.model's (every MLflow write is in tracking/).
+Logging it to a run is tune_runner.tracking.log_model's (every MLflow write is in tracking/).
 """
 
 from __future__ import annotations

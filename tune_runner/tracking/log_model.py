@@ -1,6 +1,6 @@
 """The best trial's policy logged as an MLflow model of the search's parent run (and registered, when asked).
 
-What the model holds, and how it is built from a checkpoint, is tune_runner.results.model's; this module
+What the model holds, and how it is built from a checkpoint, is tune_runner.results.pyfunc_model's; this module
 only writes it to the store.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tune_runner import mlflow_uri
 from tune_runner.results.analysis import last_checkpoint
+from tune_runner.tracking import uri as mlflow_uri
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
     refused = _not_ours(trainable, best)
     if refused is not None:
         return refused
-    from tune_runner.results import model  # torch: imported only for a policy we log (an oracle search saves ~4 s)
+    from tune_runner.results import (
+        pyfunc_model as model,  # torch: imported only for a policy we log (an oracle search saves ~4 s)
+    )
 
     checkpoint = last_checkpoint(best.trial_path)
     if checkpoint is None:
@@ -77,7 +79,7 @@ def _log_model(*, uri: str, run_id: str, model_id: str, data: Path, register_as:
     from mlflow.models import Model
 
     from tune_runner import tune_rl_policy
-    from tune_runner.results import model
+    from tune_runner.results import pyfunc_model as model
 
     previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
     mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI

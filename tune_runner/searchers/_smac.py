@@ -4,7 +4,7 @@ Ray Tune has no SMAC searcher (ray issues #25364, #49408). This one drives SMAC 
 
 - Each suggestion is one of SMAC's (configuration, budget) pairs. The budget is a number of env steps
   between `min_budget` x the space's budget and the budget, and travels in the trial's config under
-  BUDGET_KEY; the stopper ends the trial there (search/stopper.py), and no learner sees the key.
+  BUDGET_KEY; the stopper ends the trial there (tuning/stopper.py), and no learner sees the key.
 - A finished trial's metric (its last result) is told back as SMAC's cost, negated when mode is max;
   an errored trial or one that reported no finite metric is told as crashed.
 - SMAC's Hyperband decides which configurations go on to larger budgets, so it runs with scheduler fifo.
@@ -12,7 +12,7 @@ Ray Tune has no SMAC searcher (ray issues #25364, #49408). This one drives SMAC 
 
 Settings: `seed`; `eta`, Hyperband's halving rate (default 3); `min_budget`, the smallest budget as a share
 of the space's (default 0.1, ARLBench's 10%). The space may have conditions (`when:`): SMAC's ConfigSpace
-holds them (search/config_space.py), so an inactive parameter is never suggested.
+holds them (searchers/config_space.py), so an inactive parameter is never suggested.
 
 Resume: SMAC's intensifier cannot be pickled, so the searcher pickles its log of asks and tells instead,
 and unpickling replays it into a new SMAC of the same seed, which asks the same configurations again
@@ -35,10 +35,10 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from tune_runner.errors import UserError
-from tune_runner.metrics import finite
-from tune_runner.search.config_space import config_space, from_config_space
+from tune_runner.searchers.config_space import config_space, from_config_space
 from tune_runner.spec.reserved import BUDGET_KEY
 from tune_runner.spec.search_space import Param
+from tune_runner.trainables.metrics import finite
 
 SETTINGS = ("eta", "min_budget")
 

@@ -23,8 +23,8 @@ from ray import tune
 from ray.tune.search.nevergrad import NevergradSearch
 
 from tune_runner.errors import UserError, closest
-from tune_runner.metrics import finite
 from tune_runner.spec.search_space import Param, prune
+from tune_runner.trainables.metrics import finite
 
 DEFAULT_OPTIMIZER = "NGOpt"
 

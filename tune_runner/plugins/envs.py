@@ -77,7 +77,7 @@ class EnvFactory:
     """
 
     def __init__(self, name: str, target: Any) -> None:
-        from tune_runner.env_api import unwrap_actor_class
+        from tune_runner.plugins.env_api import unwrap_actor_class
 
         self.name = name
         self.origin = unwrap_actor_class(target)
@@ -123,7 +123,7 @@ class EnvFactory:
 
     def _construct(self, config: Mapping[str, Any]) -> Any:
         """`cls(env_config=config)`, with render_mode passed by itself where __init__ takes it."""
-        from tune_runner.env_api import accepts
+        from tune_runner.plugins.env_api import accepts
 
         kwargs: dict[str, Any] = {}
         if "render_mode" in config and accepts(self.origin, "render_mode"):
@@ -134,7 +134,7 @@ class EnvFactory:
     def _as_gym_env(self, env: Any) -> gym.Env:
         import gymnasium as gym
 
-        from tune_runner.env_api import InProcessEnv, api_problems
+        from tune_runner.plugins.env_api import InProcessEnv, api_problems
 
         if isinstance(env, gym.Env):
             return env
@@ -232,7 +232,7 @@ class _RayCreator:
         self.name, self.origin = name, origin
 
     def __call__(self, env_config: Mapping[str, Any] | None = None) -> gym.Env:
-        from tune_runner.env_api import find
+        from tune_runner.plugins.env_api import find
 
         origin = find(*self.origin) if isinstance(self.origin, tuple) else self.origin
         return EnvFactory(self.name, origin).make(env_config)

@@ -17,9 +17,9 @@ from typing import Any, TextIO
 from tune_runner.errors import UserError
 from tune_runner.results import robust
 from tune_runner.results.robust import Candidate, SeedRun, Verdict, rank, summarise, target_of
-from tune_runner.search.warm import WarmTrials
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.tuning.warm import WarmTrials
 
 CANDIDATE_KEY = reserved.CANDIDATE_KEY  # the re-evaluation run's candidate index; trainables ignore it
 SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a search uses by default
@@ -36,8 +36,8 @@ def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int
     said on `out`, when that leaves too few configs or seeds. With `top`, a search with no finished trial
     is refused before Ray starts. `warm`: the search's kept trial actors, which its trials start on.
     """
+    from tune_runner.cluster.session import ensure_ray, quiet_logs
     from tune_runner.results.report import save_verdict
-    from tune_runner.search.cluster import ensure_ray, quiet_logs
 
     quiet_logs(verbose=verbose)
     shape = robust.plan(spec.num_trials, top=top, seeds=seeds)
@@ -65,8 +65,8 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from tune_runner.search.progress_csv import ProgressCSV
     from tune_runner.trainables.catalog import backend
+    from tune_runner.tuning.progress_csv import ProgressCSV
 
     record = backend(spec.trainable)
     space = _space(spec, picks, seeds=seeds, first_seed=first_seed, batched=record.seeds)
@@ -116,7 +116,7 @@ def _generator(spec: ExperimentSpec) -> Any:
     parameters its candidate did not have (`_Pick` gives those None)."""
     if not spec.conditional:
         return None
-    from tune_runner.search.conditional import PruningVariantGenerator
+    from tune_runner.searchers.conditional import PruningVariantGenerator
 
     return PruningVariantGenerator(spec.space)
 
@@ -124,7 +124,7 @@ def _generator(spec: ExperimentSpec) -> Any:
 def _stopper(spec: ExperimentSpec, *, batched: bool, count: int) -> Any:
     """One trial per seed: each ends at stop_at or the budget. One trial of all seeds per candidate: once every
     seed has reached stop_at, or the budget, or when its unsolved seeds can no longer change the verdict."""
-    from tune_runner.search.stopper import BudgetStopper, RankingStopper
+    from tune_runner.tuning.stopper import BudgetStopper, RankingStopper
 
     return RankingStopper(spec, count=count) if batched else BudgetStopper(spec)
 
@@ -146,7 +146,7 @@ def _seed_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list
 def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, list[SeedRun]]:
     """Each candidate's runs from trials of several seeds each: per seed, from the trial's history, its value
     where it first reached stop_at (and those env steps), else its last finite value."""
-    from tune_runner.spec.seeds import seed_key
+    from tune_runner.spec.seed_keys import seed_key
 
     runs: dict[int, list[SeedRun]] = {i: [] for i in range(count)}
     for result in grid:
@@ -211,7 +211,7 @@ def _progress_class() -> type:
             return {"picks": self.picks, "spec": self.spec, "out": None, "reached": self.reached}
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            from tune_runner.search.stopper import seeds_reached
+            from tune_runner.tuning.stopper import seeds_reached
 
             self.reached.setdefault(trial.trial_id, set()).update(seeds_reached(self.spec, result))
 
@@ -237,7 +237,7 @@ def _progress_class() -> type:
 
 def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSpec) -> str:
     """`seed 1000`, or for a trial of several seeds `seeds 1000, 11007, 21014 (412.0, 500.0, 488.5; iqm)`."""
-    from tune_runner.spec.seeds import per_seed
+    from tune_runner.spec.seed_keys import per_seed
 
     if int(config.get(reserved.SEEDS_KEY, 1)) == 1:
         return f"seed {config['seed']}"

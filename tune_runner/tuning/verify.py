@@ -18,8 +18,8 @@ from typing import TextIO
 from tune_runner.errors import ExitStatus, UserError
 from tune_runner.results import robust
 from tune_runner.results.bundle import Bundle
-from tune_runner.search import reevaluate
 from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.tuning import reevaluate
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class Prepared:
     def owns_space(self) -> bool:
         """The searcher holds the searched parameters itself (smac and nevergrad always, a conditional space in
         optuna, hyperopt or bohb): Tune's param_space then carries the fixed values only."""
-        from tune_runner.search.searchers import SEARCHERS
+        from tune_runner.searchers import SEARCHERS
 
         if SEARCHERS.get(self.spec.searcher.name).owns_space:
             return True
@@ -51,8 +51,8 @@ def unknown_env(name: str) -> str | None:
     """None for a gymnasium id or an env registered with Ray Tune; else the did-you-mean text."""
     import gymnasium
 
-    from tune_runner.env_registry import ray_env_creator
     from tune_runner.plugins import register_namespace
+    from tune_runner.plugins.envs import ray_env_creator
 
     missing = register_namespace(name)
     if missing:
@@ -94,9 +94,10 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
 
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
     """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
-    from tune_runner.search import schedulers, searchers
+    from tune_runner import searchers
     from tune_runner.trainables import env_check
     from tune_runner.trainables.catalog import backend
+    from tune_runner.tuning import schedulers
 
     spec = with_plugins(spec)
     where = spec.source
@@ -318,25 +319,6 @@ def check_storage(storage: Path | str) -> None:
     if problem:
         raise UserError(f"--storage {storage}: cannot create or write a folder there ({problem}); "
                         f"choose a folder you can write to")
-
-
-def check_address(address: str, *, timeout_s: float = 5.0) -> None:
-    """A cluster address (host:port or ray://host:port) where nothing answers fails here in seconds;
-    ray.init would retry it for about a quarter of an hour before giving up."""
-    target = address.removeprefix("ray://")
-    host, sep, port = target.rpartition(":")
-    if address == "auto" or "://" in target or not sep or not port.isdigit():
-        return  # ray.init judges these (and finds `auto` itself)
-    import socket
-
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        raise UserError(f"--address {address}: nothing answers at {host}:{port} ({reason}); check the address "
-                        f"(the head's GCS port, 6379 by default, or ray://host:10001), or drop --address for "
-                        f"a local Ray") from None
 
 
 def check_register(spec: ExperimentSpec, name: str | None) -> None:

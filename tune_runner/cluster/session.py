@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner.errors import UserError
-from tune_runner.search.preflight import check_address
 from tune_runner.spec.experiment import ExperimentSpec
 
 SHIPPED_PLUGINS = "tune_rl_user_plugins"  # the package a joined cluster's workers import user plugins from
@@ -64,7 +63,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     if ray.is_initialized():
         return {}
     logs = {"log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}
-    from tune_runner.search.jobs import inside_job
+    from tune_runner.cluster.jobs import inside_job
 
     if address or inside_job():
         return _join(address or "auto", logs, plugins=plugins)
@@ -75,7 +74,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
         class_cache = None
     for key, value in getattr(class_cache, "DEFAULT_ENV_VARS", {}).items():  # in every trial actor's runtime env
         os.environ.setdefault(key, value)
-    from tune_runner.search import reaper
+    from tune_runner.cluster import reaper
 
     os.environ[reaper.MARK] = str(os.getpid())  # inherited by every Ray process we start
     preload = {"preload_python_modules": list(worker_modules)} if worker_modules else None
@@ -87,7 +86,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     import subprocess
 
     unmarked = {k: v for k, v in os.environ.items() if k != reaper.MARK}  # the reaper must not reap itself
-    subprocess.Popen([sys.executable, "-m", "tune_runner.search.reaper", str(os.getpid())], start_new_session=True,
+    subprocess.Popen([sys.executable, "-m", "tune_runner.cluster.reaper", str(os.getpid())], start_new_session=True,
                      env=unmarked, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return {}
 
@@ -108,7 +107,7 @@ def end_local_ray() -> bool:
     the summary; the caller leaves at once with os._exit."""
     import signal
 
-    from tune_runner.search import reaper
+    from tune_runner.cluster import reaper
 
     if _LOCAL.get("driver") != os.getpid() or not os.path.isdir("/proc"):  # the process table is read from /proc
         return False
@@ -172,8 +171,8 @@ def _join(address: str, logs: dict, *, plugins: Sequence[str] = ()) -> dict[str,
     """
     import ray
 
+    from tune_runner.cluster.jobs import inside_job
     from tune_runner.paths import package_for_cluster
-    from tune_runner.search.jobs import inside_job
 
     try:
         if inside_job():
@@ -216,3 +215,22 @@ def trial_plugins(spec: ExperimentSpec, shipped: Mapping[str, str]) -> Experimen
     """The spec as trials see it: plugins shipped to a joined cluster (ensure_ray's answer) are imported
     from there."""
     return replace(spec, plugins=tuple(shipped.get(p, p) for p in spec.plugins))
+
+
+def check_address(address: str, *, timeout_s: float = 5.0) -> None:
+    """A cluster address (host:port or ray://host:port) where nothing answers fails here in seconds;
+    ray.init would retry it for about a quarter of an hour before giving up."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if address == "auto" or "://" in target or not sep or not port.isdigit():
+        return  # ray.init judges these (and finds `auto` itself)
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(f"--address {address}: nothing answers at {host}:{port} ({reason}); check the address "
+                        f"(the head's GCS port, 6379 by default, or ray://host:10001), or drop --address for "
+                        f"a local Ray") from None

@@ -1,7 +1,7 @@
 """The stopper of every tune-rl Tune run: a trial ends at the env-step budget or at the space's `stop_at`.
 
-Its own module so that re-evaluation (search/reevaluate.py) uses it without importing the runner.
-Searches started by 0.1.0 pickled it as `tune_runner.runner.BudgetStopper`: search/runner.py imports it
+Its own module so that re-evaluation (tuning/reevaluate.py) uses it without importing the runner.
+Searches started by 0.1.0 pickled it as `tune_runner.runner.BudgetStopper`: tuning/runner.py imports it
 from here, and the alias table (tune_runner/_moved.py) maps that old path to search/runner.
 """
 
@@ -37,7 +37,7 @@ class EverySeedStopper(BudgetStopper):
         self.reached: dict[str, set[int]] = {}
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        from tune_runner.spec.seeds import per_seed
+        from tune_runner.spec.seed_keys import per_seed
 
         if int(result.get("env_steps", 0)) >= self.spec.budget_env_steps:
             return True
@@ -49,7 +49,7 @@ class EverySeedStopper(BudgetStopper):
 
 def seeds_reached(spec: ExperimentSpec, result: dict) -> set[int]:
     """The seeds of a K-seed result whose own value reached stop_at, each over its own episodes (spec.reached)."""
-    from tune_runner.spec.seeds import per_seed
+    from tune_runner.spec.seed_keys import per_seed
 
     values, episodes = per_seed(result, spec.metric), per_seed(result, "episodes")
     config = result.get("config") or {}
@@ -91,7 +91,7 @@ class RankingStopper(EverySeedStopper):
         self.trials: dict[str, _Trial] = {}
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        from tune_runner.spec.seeds import per_seed
+        from tune_runner.spec.seed_keys import per_seed
 
         candidate = (result.get("config") or {}).get(reserved.CANDIDATE_KEY)
         if candidate is None:  # not a re-evaluation trial: judged by EverySeedStopper alone

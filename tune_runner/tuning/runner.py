@@ -1,7 +1,7 @@
 """Compose a validated spec into a Ray Tune run, log it to MLflow, select and export the best.
 
-Ray's start (or a cluster's join) is tune_runner.search.cluster's, the MLflow parent run
-tune_runner.tracking.parent's, what is printed around the live view tune_runner.search.console's.
+Ray's start (or a cluster's join) is tune_runner.cluster.session's, the MLflow parent run
+tune_runner.tracking.parent's, what is printed around the live view tune_runner.tuning.console's.
 """
 
 from __future__ import annotations
@@ -17,29 +17,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from tune_runner import mlflow_uri, paths, storage
-from tune_runner.errors import ExitStatus, UserError
-from tune_runner.results import analysis, export, robust
-from tune_runner.search import console, resume
-from tune_runner.search.cluster import (  # noqa: F401 - cli and tests call them here
+from tune_runner import paths, storage
+from tune_runner.cluster.session import (  # noqa: F401 - cli and tests call them here
+    check_address,
     ensure_ray,
     quiet_logs,
     trial_plugins,
 )
-from tune_runner.search.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
+from tune_runner.errors import ExitStatus, UserError
+from tune_runner.results import analysis, export, robust
+from tune_runner.spec.experiment import ExperimentSpec
+from tune_runner.tracking import callback as tracking
+from tune_runner.tracking import parent as parent_run
+from tune_runner.tracking import uri as mlflow_uri
+from tune_runner.tuning import console, resume
+from tune_runner.tuning.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
-    check_address,
     check_register,
     check_resources,
     check_storage,
     prepare,
     with_trial_resources,
 )
-from tune_runner.search.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
-from tune_runner.search.warm import WarmTrials
-from tune_runner.spec.experiment import ExperimentSpec
-from tune_runner.tracking import callback as tracking
-from tune_runner.tracking import parent as parent_run
+from tune_runner.tuning.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
+from tune_runner.tuning.warm import WarmTrials
 
 MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
 CHECKPOINT_EVERY = 5  # training iterations between a trial's checkpoints (and at its end)
@@ -49,7 +50,7 @@ FINISHED_MARK = resume.FINISHED_MARK  # written when a search has run to its end
 @dataclass(frozen=True)
 class RunOptions:
     """What the command line adds to a spec: where results go and how loud to be. Saved with the search
-    (tune_runner.search.resume), less `name`, `verbose` and `resume`."""
+    (tune_runner.tuning.resume), less `name`, `verbose` and `resume`."""
 
     storage: storage.Storage  # a folder, or a URI (tune_runner.storage)
     mlflow_uri: str
@@ -236,7 +237,7 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
     callbacks = [_live_view(spec, out), tracker]
     audit = None
     if population:
-        from tune_runner.audit import make_callback
+        from tune_runner.trainables.audit import make_callback
 
         audit = make_callback(out)
         callbacks.append(audit)
@@ -261,7 +262,7 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from tune_runner.search.progress_csv import ProgressCSV
+    from tune_runner.tuning.progress_csv import ProgressCSV
     run_config = tune.RunConfig(
         name=name, storage_path=str(where), stop=BudgetStopper(spec),
         callbacks=[*callbacks, ProgressCSV(), JsonLoggerCallback()], verbose=0,
@@ -334,7 +335,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     verdict = None
     asked = _reevaluation(spec, options)
     if best is not None and asked is not None:
-        from tune_runner.search.reevaluate import reevaluate_best
+        from tune_runner.tuning.reevaluate import reevaluate_best
 
         verdict = reevaluate_best(spec, loaded, exp_path, top=asked[0], seeds=asked[1], name="reevaluation",
                                   out=out or sys.stdout, verbose=options.verbose, warm=warm)
@@ -354,7 +355,7 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
 
 
 def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
-    from tune_runner.search.progress import LiveView
+    from tune_runner.tuning.progress import LiveView
 
     return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
                     ending=spec.ending, out=out)
@@ -362,8 +363,8 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
 
 def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, experiment_id: str,
                parent: str) -> Any:
-    """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.model)."""
-    from tune_runner.tracking import model
+    """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.log_model)."""
+    from tune_runner.tracking import log_model as model
 
     if outcome.best is None:
         return model.NOT_LOGGED

@@ -1,0 +1,47 @@
+"""The module paths of earlier layouts (tune_runner/_moved.py) still import, as the one module at the new path:
+0.1.0's flat modules and the subpackages before issue 42 (`tune_runner.search.*`, `tune_runner.mlflow_uri`,
+...), which Ray Tune pickled into the searches they started."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from tune_runner import _moved
+
+
+@pytest.mark.parametrize("old", sorted(_moved.MOVED))
+def test_each_old_path_is_the_module_at_its_new_path(old):
+    new = importlib.import_module(f"tune_runner.{_moved.MOVED[old]}")
+    if old in _moved.FORWARD:  # a package now: its attributes are the old module's
+        package = importlib.import_module(f"tune_runner.{old}")
+        public = next(name for name in vars(new) if not name.startswith("_") and name not in vars(package))
+        assert getattr(package, public) is getattr(new, public)
+    else:
+        assert importlib.import_module(f"tune_runner.{old}") is new
+
+
+def test_every_new_path_exists_and_no_old_path_is_a_module_of_today():
+    for old, new in _moved.MOVED.items():
+        assert importlib.util.find_spec(f"tune_runner.{new}") is not None, new
+        if old not in _moved.FORWARD:
+            found = importlib.machinery.PathFinder.find_spec(f"tune_runner.{old}", importlib.import_module(
+                "tune_runner").__path__) if "." not in old else None
+            assert found is None, f"tune_runner.{old} is a module of this layout: drop it from MOVED"
+
+
+def test_a_pickle_of_the_search_package_days_loads_and_tr_search_stays_the_function():
+    run = subprocess.run([sys.executable, "-c", (
+        "import pickle, types, tune_runner as tr\n"
+        "assert isinstance(tr.search, types.FunctionType), tr.search\n"
+        "stopper = pickle.loads(b'ctune_runner.search.stopper\\nBudgetStopper\\n.')\n"
+        "uri = pickle.loads(b'ctune_runner.mlflow_uri\\nredacted\\n.')\n"
+        "print(stopper.__module__, uri.__module__)")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["tune_runner.tuning.stopper", "tune_runner.tracking.uri"]
+    assert pickle.loads(b"ctune_runner.search.searchers\nSEARCHERS\n.") is importlib.import_module(
+        "tune_runner.searchers").SEARCHERS
