@@ -325,7 +325,7 @@ def write_search_folder(folder: Path, spec: Any) -> None:
 
     import yaml
 
-    from tune_runner.tuning.resume import SPEC_FILE
+    from tune_runner.paths import SPEC_FILE
 
     trial_data = []
     for trial_id, returns in RETURNS.items():

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-SPEC_FILE, WEIGHTS_FILE = "policy.json", "policy.pt"
+NETWORK_FILE, WEIGHTS_FILE = "policy.json", "policy.pt"  # the network's layout, its weights
 
 
 def numpy_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,7 @@ def save(folder: Path, *, sizes: list[int], activation: str, state: dict[str, to
     folder.mkdir(parents=True, exist_ok=True)
     spec = {"sizes": sizes, "activation": activation, **about}
     build_net(spec).load_state_dict(state)  # fails here, not at load time, on a mismatch
-    (folder / SPEC_FILE).write_text(json.dumps(spec, indent=1))
+    (folder / NETWORK_FILE).write_text(json.dumps(spec, indent=1))
     torch.save({k: v.detach().cpu() for k, v in state.items()}, folder / WEIGHTS_FILE)
     return folder
 
@@ -138,7 +138,7 @@ class Policy:
     """What `mlflow.pyfunc.load_model(...)` wraps: `predict(obs)` gives greedy actions."""
 
     def __init__(self, folder: Path) -> None:
-        self.spec = json.loads((folder / SPEC_FILE).read_text())
+        self.spec = json.loads((folder / NETWORK_FILE).read_text())
         self.net = build_net(self.spec)
         self.net.load_state_dict(torch.load(folder / WEIGHTS_FILE, weights_only=True))
         self.net.eval()
