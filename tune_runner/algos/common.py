@@ -24,17 +24,9 @@ import torch
 from torch import nn
 
 from tune_runner import tune_rl_policy
-from tune_runner.algos.vector_envs import (
-    NUMPY_VECTOR_ENVS,
-    VECTORIZE_MODES,
-    EnvPoolVectorEnv,
-    ProcessVectorEnv,
-    env_step_seconds,
-    envpool_has,
-    envpool_refusal,
-    numpy_vector_env,
-    processes_pay,
-)
+from tune_runner.algos.envpool_envs import EnvPoolVectorEnv, envpool_has, envpool_refusal
+from tune_runner.algos.process_envs import ProcessVectorEnv, env_step_seconds, processes_pay
+from tune_runner.algos.vector_envs import NUMPY_VECTOR_ENVS, VECTORIZE_MODES, numpy_vector_env
 from tune_runner.errors import unknown_name
 
 ACTIVATIONS: dict[str, type[nn.Module]] = tune_rl_policy.ACTIVATIONS  # one tanh for learners and logged policies
@@ -187,7 +179,7 @@ def default_vectorize_mode(env_id: str, *, processes: int = 1, num_envs: int = 1
     """The fastest way we know to step `env_id`: `vector_entry_point` where the env registers a numpy-vectorized
     version or we have one (tune_runner.algos.vector_envs); else `envpool` where EnvPool is installed and has the
     id (and no env_config is set); else `processes` when `processes` (the CPUs a seed's envs may use) is 2 or
-    more and a throwaway instance's step is slow enough for worker processes to pay (vector_envs.processes_pay);
+    more and a throwaway instance's step is slow enough for worker processes to pay (process_envs.processes_pay);
     else `sync`."""
     if gym.spec(env_id).vector_entry_point or env_id in NUMPY_VECTOR_ENVS:
         return "vector_entry_point"

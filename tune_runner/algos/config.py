@@ -169,7 +169,8 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
 
 def check_vector_env(config: Any) -> None:
     """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
-    from tune_runner.algos.vector_envs import VECTORIZE_MODES, envpool_refusal
+    from tune_runner.algos.envpool_envs import envpool_refusal
+    from tune_runner.algos.vector_envs import VECTORIZE_MODES
 
     name = type(config).__name__
     mode = config.gym_env_vectorize_mode
