@@ -37,7 +37,7 @@ def inner_space(space: Any) -> Any:
     return space["observations"] if is_masked(space) else space
 
 
-# What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
+# What our PPO and DQN train on (learner_envs.VecEnv and their networks), as gymnasium space class names. Here,
 # without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
 ACTION_SPACES = ("Discrete",)  # DQN's
 PPO_ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # a Box: a diagonal Gaussian policy
@@ -170,7 +170,7 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
 def check_vector_env(config: Any) -> None:
     """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
     from tune_runner.algos.envpool_envs import envpool_refusal
-    from tune_runner.algos.vector_envs import VECTORIZE_MODES
+    from tune_runner.algos.learner_envs import VECTORIZE_MODES
 
     name = type(config).__name__
     mode = config.gym_env_vectorize_mode
@@ -264,7 +264,7 @@ class PPOConfig:
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
     """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
-    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
+    envpool; None picks the fastest (tune_runner.algos.learner_envs.default_vectorize_mode)."""
     num_env_processes: int | None = None
     """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
     None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
@@ -372,7 +372,7 @@ class DQNConfig:
     """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
     gym_env_vectorize_mode: str | None = None
     """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
-    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
+    envpool; None picks the fastest (tune_runner.algos.learner_envs.default_vectorize_mode)."""
     num_env_processes: int | None = None
     """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
     None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""

@@ -39,22 +39,14 @@ import torch
 from torch import nn
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import (
-    Rngs,
-    make_vec_env,
-    masked_logits,
-    mlp,
-    scheduled,
-    segments_argmax,
-    segments_gather,
-    segments_log_softmax,
-    split_obs,
-    to_tensor,
-)
+from tune_runner.algos.common import Rngs, mlp, scheduled, to_tensor
 from tune_runner.algos.config import PPO_ACTION_SPACES, PPOConfig
+from tune_runner.algos.distributions import masked_logits, segments_argmax, segments_gather, segments_log_softmax
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
+from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, split_obs
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
+from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.seeds import (
     SeedStats,
     by_seed,
@@ -193,7 +185,7 @@ class PPO(SeedLearnerBase):
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
+        self.env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                   num_envs=config.num_envs_per_env_runner,
                                                   vectorize_mode=config.gym_env_vectorize_mode,
                                                   processes=config.num_env_processes or 1) for seed in self.seeds])
@@ -213,7 +205,7 @@ class PPO(SeedLearnerBase):
             start = torch.full(shape, float(config.log_std_init), device=self.device)
             self.log_std = batched.SeedVector([start] * self.num_seeds)
             params.append(self.log_std.weight)
-        self.optimizer = batched.SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
+        self.optimizer = SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
             if config.observation_filter == "MeanStdFilter" else None
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None

@@ -20,7 +20,6 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector.utils import batch_space
 
-VECTORIZE_MODES = ("sync", "async", "processes", "vector_entry_point", "envpool")  # gym_env_vectorize_mode
 MAX_SPEED, MAX_TORQUE, DT, MASS, LENGTH = 8.0, 2.0, 0.05, 1.0, 1.0
 START = np.array([np.pi, 1.0])  # gymnasium's DEFAULT_X, DEFAULT_Y: uniform in [-START, START]
 

@@ -1,6 +1,6 @@
 """Action masking for RLlib's new API stack: envs whose observations are {'observations', 'action_mask'}.
 
-Our own learners read the mask themselves (tune_runner.algos.common.split_obs). RLlib's default
+Our own learners read the mask themselves (tune_runner.algos.learner_envs.split_obs). RLlib's default
 modules cannot take a Dict observation, so `install` swaps in one of the small modules below.
 Each builds RLlib's default networks for the 'observations' part only, and forbids what the
 mask forbids in every forward pass, training included, so the loss sees the same masked
