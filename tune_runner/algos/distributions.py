@@ -1,12 +1,16 @@
 """Our policies' action distributions, as functions of their network outputs: categoricals over logits
-(masked, or one per number of a MultiDiscrete action)."""
+(masked, or one per number of a MultiDiscrete action), sampled by Gumbel-max; diagonal Gaussians over Box actions,
+with gSDE's state-dependent standard deviation."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from tune_runner.algos import batched
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -44,3 +48,48 @@ def segments_gather(logp_all: torch.Tensor, actions: torch.Tensor, nvec: Sequenc
         return logp_all.gather(-1, actions[..., None]).squeeze(-1)
     offsets = torch.as_tensor(np.cumsum([0, *nvec[:-1]]), dtype=actions.dtype, device=actions.device)
     return logp_all.gather(-1, actions + offsets).sum(-1)
+
+
+def sample_actions(logits: torch.Tensor, *, generator: torch.Generator, nvec: Sequence[int] = ()) -> torch.Tensor:
+    """One action per row, drawn from softmax(logits); a -inf logit is never drawn. With `nvec` (MultiDiscrete)
+    one choice per segment of nvec[i] logits, each drawn from its own softmax: [rows, len(nvec)].
+
+    Gumbel-max (argmax of logits minus log(-log(u)), u uniform in [0, 1)): exact, and about
+    three times faster than torch.multinomial on the small batches of a rollout step.
+    """
+    gumbel = torch.rand(logits.shape, generator=generator).log_().neg_().log_()
+    return segments_argmax(logits.cpu() - gumbel, nvec)
+
+
+def sample_seed_actions(logits: torch.Tensor, *, generators: list[torch.Generator],
+                        nvec: Sequence[int] = ()) -> torch.Tensor:
+    """`sample_actions` for K seeds' logits [K, n, logits]: seed i's noise from generators[i] alone."""
+    gumbel = batched.seed_uniform(logits.shape, generators).log_().neg_().log_()
+    return segments_argmax(logits.cpu() - gumbel, nvec)
+
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_logp(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log N(actions; mean, diag(exp(log_std))^2), summed over the last axis (the action's numbers)."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian, summed over the last axis: sum(log_std) + size * (1 + log 2 pi) / 2."""
+    return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
+
+
+SDE_EPSILON = 1e-6  # Stable-Baselines3's: added to gSDE's variance, so a zero feature vector still has a density
+
+
+def sde_log_std(features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """gSDE's log std of each action number at each observation: 0.5 * log(features^2 @ exp(log_std)^2 + eps).
+
+    `features` [..., batch, F] (gradients stopped: the noise does not train the features, SB3's learn_features
+    off), `log_std` [..., F, A] with matching leading axes; [..., batch, A]. The action's noise is
+    features @ E with E ~ N(0, exp(log_std)^2) elementwise, whose variance per action number this is."""
+    variance = torch.matmul(features.detach().pow(2), torch.exp(2 * log_std))
+    return 0.5 * torch.log(variance + SDE_EPSILON)
