@@ -20,8 +20,8 @@ import numpy as np
 
 from tune_runner.algos.batched import load_seed_weights, seed_weights
 from tune_runner.algos.common import EpisodeStats, scheduled
-from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
 from tune_runner.algos.optim import FlatAdam
+from tune_runner.algos.spaces import ACTION_SPACES, OBSERVATION_SPACES
 
 
 class Learner(Protocol):

@@ -40,7 +40,7 @@ from torch import nn
 
 from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, mlp, scheduled, to_tensor
-from tune_runner.algos.config import PPO_ACTION_SPACES, PPOConfig
+from tune_runner.algos.config import PPOConfig
 from tune_runner.algos.distributions import (
     gaussian_entropy,
     gaussian_logp,
@@ -67,6 +67,7 @@ from tune_runner.algos.seeds import (
     seed_metrics,
     standardized,
 )
+from tune_runner.algos.spaces import PPO_ACTION_SPACES
 
 
 def rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

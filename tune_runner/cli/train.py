@@ -148,7 +148,17 @@ def _field_help(field: dataclasses.Field, docs: dict[str, str]) -> str:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstrings written under a dataclass's fields (CleanRL's convention), by field name."""
+    """The docstrings written under a dataclass's fields (CleanRL's convention), by field name; those of its
+    dataclass bases too (our configs' shared settings are LearnerConfig's), a subclass's own winning."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    """The field docstrings written in `cls`'s own body."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

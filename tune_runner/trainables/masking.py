@@ -24,7 +24,7 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from tune_runner.algos.config import inner_space, is_masked
+from tune_runner.algos.spaces import inner_space, is_masked
 from tune_runner.errors import UserError
 
 MASKABLE = ("PPO", "DQN")  # algorithms whose default torch module we subclass
