@@ -8,8 +8,8 @@ What a trial given `--workers` CPUs samples with (torch on one thread either way
 fresh PPO learner per backend, collects once to warm up, then times `--steps` env steps of `collect` (the
 policy's forward pass and the env steps; no learning, which the backend does not touch). Backends run
 round-robin within a repetition, so a busy moment hits both alike. Printed: the median env steps/s of each and
-their ratio, and what a trial with `--workers` CPUs picks by default (common.default_vectorize_mode: a throwaway
-instance's step time against vector_envs.processes_pay's cost model). `bench/Sim-200us` and `bench/Sim-1ms` are
+their ratio, and what a trial with `--workers` CPUs picks by default (learner_envs.default_vectorize_mode: a throwaway
+instance's step time against process_envs.processes_pay's cost model). `bench/Sim-200us` and `bench/Sim-1ms` are
 stand-ins for a physics simulator's step (Box2D, MuJoCo): they busy-wait that long. LunarLander-v3 needs Box2D
 (pip install "gymnasium[box2d]"), MinAtar the `minatar` extra; an env that cannot be built here is named and skipped.
 """
@@ -79,8 +79,8 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"{CONFIG['num_envs_per_env_runner']} envs; processes mode with {args.workers} workers; medians of "
           f"{args.repeats} repetitions of {args.steps:,} env steps\n")
-    from tune_runner.algos.common import default_vectorize_mode
-    from tune_runner.algos.vector_envs import envpool_has
+    from tune_runner.algos.envpool_envs import envpool_has
+    from tune_runner.algos.learner_envs import default_vectorize_mode
 
     print("| env | sync env steps/s | processes env steps/s | processes / sync | envpool env steps/s | envpool / sync "
           "| picked by default |")

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig, ReplayBuffer, compute_gae, masked_logits
-from tune_runner.algos.common import FlatAdam, Step
+from tune_runner.algos.distributions import sample_actions
 from tune_runner.algos.dqn import dqn_targets
-from tune_runner.algos.ppo import ppo_losses, sample_actions
+from tune_runner.algos.learner_envs import Step
+from tune_runner.algos.optim import FlatAdam
+from tune_runner.algos.ppo_loss import ppo_losses
 from tune_runner.algos.replay import NStepAccumulator
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py

@@ -18,7 +18,7 @@ import torch
 from tests.test_algos import same, same_weights, small_dqn, small_ppo
 from tests.test_seeds_ppo import weights_close
 from tune_runner.algos import DQN, PPO, PPOConfig
-from tune_runner.algos.ppo import gaussian_entropy, gaussian_logp
+from tune_runner.algos.distributions import gaussian_entropy, gaussian_logp
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 PENDULUM = "Pendulum-v1"  # Box(-2, 2, (1,)) actions, 3 features: not an env any of our spaces was tuned on

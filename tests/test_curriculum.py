@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tune_runner.algos.common import make_vec_env
+from tune_runner.algos.learner_envs import make_vec_env
 from tune_runner.errors import UserError
 from tune_runner.trainables import curriculum
 from tune_runner.trainables.catalog import backend

@@ -15,7 +15,8 @@ import torch
 from tests.test_algos import same, same_weights, small_dqn, small_ppo
 from tests.test_seeds_ppo import train_side_by_side
 from tune_runner.algos import DQN, PPO
-from tune_runner.algos.common import ActionSpace, segments_argmax, segments_gather, segments_log_softmax
+from tune_runner.algos.action_space import ActionSpace
+from tune_runner.algos.distributions import segments_argmax, segments_gather, segments_log_softmax
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 DIALS, SWITCHES = "TuneRlDialsTest-v0", "TuneRlSwitchesTest-v0"

@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from tune_runner import plugins
-from tune_runner.algos.common import make_vec_env
+from tune_runner.algos.learner_envs import make_vec_env
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, ENVS, MODELS, load_plugins, register_agent, register_env, register_model
 from tune_runner.plugins import envs as env_registry

@@ -20,7 +20,7 @@ import torch
 from tests.test_algos import same, same_weights, small_ppo
 from tests.test_continuous import PENDULUM, box2
 from tune_runner.algos import PPO, PPOConfig
-from tune_runner.algos.ppo import gaussian_entropy, gaussian_logp, sde_log_std
+from tune_runner.algos.distributions import gaussian_entropy, gaussian_logp, sde_log_std
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from tune_runner.algos.batched import BatchedMLP, SeedAdam
+from tune_runner.algos.batched import BatchedMLP
 from tune_runner.algos.common import mlp
+from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, minibatch_plan, seed_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py

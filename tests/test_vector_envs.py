@@ -21,17 +21,9 @@ import pytest
 
 from tests.test_algos import same, same_weights
 from tune_runner.algos import DQN, PPO, DQNConfig, PPOConfig
-from tune_runner.algos.batched import SeedEnvs
-from tune_runner.algos.common import default_vectorize_mode, make_vec_env
-from tune_runner.algos.vector_envs import (
-    JointCartPole,
-    JointPendulum,
-    PendulumVectorEnv,
-    ProcessVectorEnv,
-    env_step_seconds,
-    joint_step,
-    processes_pay,
-)
+from tune_runner.algos.learner_envs import SeedEnvs, default_vectorize_mode, make_vec_env
+from tune_runner.algos.process_envs import ProcessVectorEnv, env_step_seconds, processes_pay
+from tune_runner.algos.vector_envs import JointCartPole, JointPendulum, PendulumVectorEnv, joint_step
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None

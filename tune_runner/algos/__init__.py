@@ -17,16 +17,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tune_runner.algos.common import EpisodeStats, make_vec_env, masked_logits
+    from tune_runner.algos.common import EpisodeStats
     from tune_runner.algos.config import DQNConfig, PPOConfig
+    from tune_runner.algos.distributions import masked_logits
     from tune_runner.algos.dqn import DQN
     from tune_runner.algos.learner import Learner, OwnLearner, Replay, Sampler
-    from tune_runner.algos.ppo import PPO, compute_gae
+    from tune_runner.algos.learner_envs import make_vec_env
+    from tune_runner.algos.ppo import PPO
     from tune_runner.algos.replay import ReplayBuffer
+    from tune_runner.algos.rollout import compute_gae
 
-_HOMES = {"EpisodeStats": "common", "make_vec_env": "common", "masked_logits": "common", "DQN": "dqn",
+_HOMES = {"EpisodeStats": "common", "make_vec_env": "learner_envs", "masked_logits": "distributions", "DQN": "dqn",
           "DQNConfig": "config", "PPOConfig": "config", "Learner": "learner", "OwnLearner": "learner",
-          "Replay": "learner", "Sampler": "learner", "PPO": "ppo", "compute_gae": "ppo", "ReplayBuffer": "replay"}
+          "Replay": "learner", "Sampler": "learner", "PPO": "ppo", "compute_gae": "rollout", "ReplayBuffer": "replay"}
 
 __all__ = ["DQN", "PPO", "DQNConfig", "EpisodeStats", "Learner", "OwnLearner", "PPOConfig", "Replay", "ReplayBuffer",
            "Sampler", "compute_gae", "make_vec_env", "masked_logits"]

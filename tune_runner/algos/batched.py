@@ -9,12 +9,10 @@ inputs, its gradient only on its own loss.
 - `StackedModule`: K copies of any module (a registered model) through `torch.func.vmap`, or one after the
   other for a module that says vmap is slower for it (`seeds_in_a_loop`: our CNN).
 - `SeedVector`: one learned vector (or matrix) per seed (PPO's Gaussian log-std, gSDE's matrix of them).
-- `SeedAdam`: Adam over K seeds' parameters in one [K, P] buffer, with per-seed gradient clipping,
-  step counts and learning rates, and seeds that sit a step out.
-- `SeedEnvs`: K seeds' vector envs stepped as one.
 
-Per-seed bookkeeping without torch (seed derivation, episode windows, metrics, minibatch plans) is in
-tune_runner.algos.seeds.
+K seeds' optimizer (`SeedAdam`) is in tune_runner.algos.optim, their envs stepped as one (`SeedEnvs`) in
+tune_runner.algos.learner_envs; per-seed bookkeeping without torch (seed derivation, episode windows, metrics,
+minibatch plans) in tune_runner.algos.seeds.
 
 Every module takes inputs shaped [K, batch, ...] and gives outputs [K, batch, ...]; parameters carry
 the seed as their first axis. With K = 1 each does what the one-seed code did, op for op where it
@@ -25,8 +23,6 @@ of a one-seed learner, so a K-seed checkpoint is K one-seed checkpoints.
 from __future__ import annotations
 
 import copy
-import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,13 +30,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from tune_runner.algos.common import Step, VecEnv
-from tune_runner.algos.vector_envs import joint_step
-
-# SeedAdam's parameters are strided views of one [K, P] buffer, and their gradients views with the same
-# strides, so backward accumulates in place as intended; torch warns about any parameter with gaps.
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
 class BatchedMLP(nn.Module):
@@ -217,108 +206,6 @@ class SeedVector(nn.Module):
         load_into({"weight": self.weight}, seed, state, num_seeds=self.num_seeds)
 
 
-class SeedAdam:
-    """Adam (torch.optim.Adam's update, no weight decay) for K seeds' parameters in one [K, P] buffer.
-
-    Each parameter (and its gradient) becomes a view into row-blocks of one flat [K, P] tensor: seed
-    i's parameters are row i, laid out as one seed's flat parameter vector (common.FlatAdam's layout).
-    A step, per-seed clipping and zeroing are a few ops on the whole buffer. Each seed has its own step
-    count and learning rate; `step(active)` leaves the seeds that had no minibatch exactly as they were
-    (a zero gradient would still move Adam's moments). Parameters must have the seed as their first
-    axis when K > 1. Build it after the modules reach their device.
-    """
-
-    def __init__(self, params: Sequence[nn.Parameter], *, num_seeds: int, lr: float | Sequence[float],
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        self.params, self.num_seeds = list(params), num_seeds
-        self.lr, self.betas, self.eps = lr, betas, eps
-        if num_seeds > 1 and any(p.shape[:1] != (num_seeds,) for p in self.params):
-            raise ValueError(f"SeedAdam for {num_seeds} seeds needs parameters with the seed as their first axis, "
-                             f"got shapes {[tuple(p.shape) for p in self.params]}")
-        sizes = [p.numel() // num_seeds for p in self.params]
-        first = self.params[0]
-        self.flat = torch.empty(num_seeds, sum(sizes), dtype=first.dtype, device=first.device)
-        self.grad = torch.zeros_like(self.flat)
-        offset = 0
-        with torch.no_grad():
-            for p, n in zip(self.params, sizes, strict=True):
-                self.flat[:, offset:offset + n].copy_(p.reshape(num_seeds, n))
-                p.data = self.flat[:, offset:offset + n].view(p.shape)
-                p.grad = self.grad[:, offset:offset + n].view(p.shape)  # backward adds into it in place
-                offset += n
-        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
-        self.steps = [0] * num_seeds  # Python ints: numpy's per-call cost shows in a one-seed step
-
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        """Scale each seed's gradient down to 2-norm `max_norm` (torch.nn.utils.clip_grad_norm_'s rule, per seed)."""
-        norms = torch.linalg.vector_norm(self.grad, dim=1, keepdim=True)
-        self.grad.mul_(torch.clamp(max_norm / (norms + 1e-6), max=1.0))
-
-    @torch.no_grad()
-    def step(self, active: np.ndarray | None = None) -> None:
-        """One Adam step of the seeds where `active` (default: all) is True; the others stay untouched."""
-        if active is not None and not active.all():
-            rows = np.flatnonzero(active)
-            for row in rows.tolist():
-                self.steps[row] += 1
-            if len(rows):
-                self._step_rows(rows)
-            return
-        self.steps = [step + 1 for step in self.steps]
-        lrs = [self.lr] * self.num_seeds if isinstance(self.lr, (int, float)) else list(self.lr)
-        if self.num_seeds == 1 or (len(set(lrs)) == 1 and len(set(self.steps)) == 1):
-            self._step_alike(self.steps[0], float(lrs[0]))
-        else:
-            self._step_rows(None)
-
-    def _step_alike(self, step: int, lr: float) -> None:
-        """Every seed at the same step count and lr (always so with one seed): FlatAdam's ops, bit for bit."""
-        beta1, beta2 = self.betas
-        self.exp_avg.lerp_(self.grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(self.grad, self.grad, value=1 - beta2)
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
-        self.flat.addcdiv_(self.exp_avg, denom, value=-lr / (1 - beta1 ** step))
-
-    def _lrs(self) -> np.ndarray:
-        """Each seed's lr (`lr` is one float for all, or one per seed)."""
-        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
-
-    def _step_rows(self, rows: np.ndarray | None) -> None:
-        """The step of `rows` (None: all), each with its own step count and lr."""
-        beta1, beta2 = self.betas
-        which = slice(None) if rows is None else rows
-        steps, lrs = np.asarray(self.steps, dtype=np.float64)[which], self._lrs()[which]
-        index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
-        grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
-                                           for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        column = {"dtype": flat.dtype, "device": flat.device}
-        correction2 = torch.tensor(np.sqrt(1 - beta2 ** steps), **column)[:, None]
-        step_size = torch.tensor(-lrs / (1 - beta1 ** steps), **column)[:, None]
-        flat.addcmul_(exp_avg / (exp_avg_sq.sqrt() / correction2).add_(self.eps), step_size)
-        if index is not None:  # t[index] made copies: write them back
-            for target, value in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq), (self.flat, flat)):
-                target.index_copy_(0, index, value)
-
-    def seed_state_dict(self, seed: int) -> dict[str, Any]:
-        """Seed `seed`'s moments and step count (CPU copies), in common.FlatAdam.state_dict's format."""
-        return {"steps": int(self.steps[seed]), "exp_avg": self.exp_avg[seed].detach().cpu().clone(),
-                "exp_avg_sq": self.exp_avg_sq[seed].detach().cpu().clone()}
-
-    def load_seed_state_dict(self, seed: int, state: Mapping[str, Any]) -> None:
-        """Continue seed `seed` from `seed_state_dict` (or a FlatAdam state); the lr stays this optimizer's."""
-        if tuple(state["exp_avg"].shape) != tuple(self.flat.shape[1:]):
-            raise ValueError(f"optimizer state for {state['exp_avg'].numel()} parameters, this one has "
-                             f"{self.flat.shape[1]} per seed: the network sizes differ")
-        self.steps[seed] = int(state["steps"])
-        self.exp_avg[seed].copy_(state["exp_avg"])
-        self.exp_avg_sq[seed].copy_(state["exp_avg_sq"])
-
-
 def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Uniform [0, 1) noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
     return _seed_noise(torch.rand, shape, generators)
@@ -337,76 +224,6 @@ def _seed_noise(draw: Callable[..., torch.Tensor], shape: Sequence[int],
     for row, generator in zip(noise, generators, strict=True):
         draw(row.shape, generator=generator, out=row)
     return noise
-
-
-class SeedEnvs:
-    """K seeds' vector envs stepped as one vector env of K * n envs: seed i owns envs i*n .. i*n + n - 1.
-
-    Each seed keeps a vector env of its own (common.VecEnv): a numpy-vectorized env such as CartPole's
-    draws every reset from one generator, so a shared env could not give each seed the envs it has
-    alone. Where their class allows (CartPole, Pendulum: vector_envs.JointStep), one step of the class's
-    code steps them all, each seed's resets drawn from its own generator; else they are stepped one by one.
-    With K = 1 it is that one env's arrays, untouched.
-    """
-
-    def __init__(self, envs: Sequence[VecEnv]) -> None:
-        self.envs = list(envs)
-        first = self.envs[0]
-        self.num_seeds, self.envs_per_seed = len(self.envs), first.num_envs
-        self.num_envs = self.num_seeds * self.envs_per_seed
-        self.obs_dim, self.num_actions, self.masked = first.obs_dim, first.num_actions, first.masked
-        self.actions, self.continuous, self.nvec = first.actions, first.continuous, first.actions.nvec
-        self.obs_shape, self.obs_dtype = first.obs_shape, first.obs_dtype
-        self._joint = joint_step([env.env for env in self.envs])  # None: each seed's envs are stepped alone
-
-    @property
-    def backend(self) -> str:
-        """How each seed's envs are stepped (common.VecEnv.backend)."""
-        return self.envs[0].backend
-
-    def _joined(self, name: str) -> Any:
-        if self.num_seeds == 1:
-            return getattr(self.envs[0], name)
-        parts = [getattr(env, name) for env in self.envs]
-        return None if parts[0] is None else np.concatenate(parts)
-
-    @property
-    def obs(self) -> np.ndarray:
-        return self._joined("obs")
-
-    @property
-    def mask(self) -> np.ndarray | None:
-        return self._joined("mask")
-
-    @property
-    def resetting(self) -> np.ndarray:
-        return self._joined("resetting")
-
-    @property
-    def env(self) -> Any:
-        """The gymnasium vector env of a one-seed learner (curriculum tasks are set on it)."""
-        if self.num_seeds > 1:
-            raise AttributeError(f"{self.num_seeds} seeds have one vector env each: use .envs[i].env")
-        return self.envs[0].env
-
-    def step(self, actions: np.ndarray) -> Step:
-        """One step of every env of every seed; `actions` [K * n] (Box: [K * n, size]; MultiDiscrete: [K * n,
-        len(nvec)])."""
-        if self.num_seeds == 1:
-            return self.envs[0].step(actions)
-        n = self.envs_per_seed
-        envs = [env.env for env in self.envs]  # a restored seed's env is a new object of the same class
-        if self._joint is not None and self._joint.fits(envs) and self._joint.same_settings(envs):
-            raw, rewards, terminated, truncated, _ = self._joint.step(envs, self.actions.for_env(actions))
-            steps = [env.took(raw[i * n:(i + 1) * n], rewards[i * n:(i + 1) * n], terminated[i * n:(i + 1) * n],
-                              truncated[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
-        else:
-            steps = [env.step(actions[i * n:(i + 1) * n]) for i, env in enumerate(self.envs)]
-        return Step(*(np.concatenate(part) for part in zip(*steps, strict=True)))
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
 
 
 def seed_weights(net: BatchedMLP | StackedModule) -> dict[str, np.ndarray]:

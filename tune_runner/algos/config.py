@@ -1,4 +1,5 @@
-"""Our learners' settings: `PPOConfig` and `DQNConfig`, and the checks they run on construction.
+"""Our learners' settings: `PPOConfig` and `DQNConfig`, each its own settings and those every learner has
+(`LearnerConfig`). The checks they run on construction are tune_runner.algos.config_checks'.
 
 No torch, numpy or gymnasium here: `tune-rl train --help` lists these fields (their docstrings
 are the help text) without loading a learner. A config checks its model lazily, when built.
@@ -7,12 +8,20 @@ are the help text) without loading a learner. A config checks its model lazily, 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from numbers import Real
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from tune_runner.algos.config_checks import (
+    check_finite,
+    check_integer,
+    check_model,
+    check_positive,
+    check_schedule,
+    check_sde,
+    check_unit,
+    check_vector_env,
+)
 from tune_runner.errors import unknown_name
 from tune_runner.spec.seed_keys import AGGREGATES, SEED_STRIDE
 
@@ -20,29 +29,7 @@ if TYPE_CHECKING:
     from tune_runner.algos.replay import Prioritized
 
 Config = TypeVar("Config")
-MASKED = "masked Dict"  # the kind of a Dict of exactly `observations` and `action_mask` (trainables.masking)
 BOX_ONLY = ("log_std_init", "use_sde", "sde_sample_freq")  # PPOConfig's settings that act on Box actions alone
-MASK_KEYS = frozenset({"observations", "action_mask"})
-
-
-def is_masked(space: Any) -> bool:
-    """Whether observations are a Dict of exactly 'observations' and 'action_mask' (MASKED)."""
-    import gymnasium as gym
-
-    return isinstance(space, gym.spaces.Dict) and set(space.spaces) == MASK_KEYS
-
-
-def inner_space(space: Any) -> Any:
-    """The 'observations' part of a masked space (what a model reads); any other space as it is."""
-    return space["observations"] if is_masked(space) else space
-
-
-# What our PPO and DQN train on (common.VecEnv and their networks), as gymnasium space class names. Here,
-# without torch: the env check reads them before Ray and torch load (tune_runner.trainables.backends: `trains`).
-ACTION_SPACES = ("Discrete",)  # DQN's
-PPO_ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # a Box: a diagonal Gaussian policy
-OBSERVATION_SPACES = ("Box", MASKED)
-MASKABLE_ACTIONS = ("Discrete",)  # an action_mask in the observations masks one Discrete choice
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")  # RLlib's names (tune_runner.algos.normalize)
 ALIASES = {"train_batch_size_per_learner": "train_batch_size", "lambda": "lambda_"}  # RLlib's names of our settings
 SEED_AGGREGATES = AGGREGATES  # how K seeds' metrics become one (tune_runner.algos.seeds)
@@ -51,164 +38,100 @@ PPO_POPULATION = ("lr", "gamma", "lambda_", "clip_param", "vf_loss_coeff", "entr
 DQN_POPULATION = ("lr", "gamma")
 
 
-def check_model(name: str, model_config: Mapping[str, Any]) -> None:
-    """`tune_runner.algos.networks.check_model`, imported when a config is built: the registered networks need
-    torch. The built-in mlp without a model_config (the default) has nothing to check: the checks before a
-    search start no torch for it (2-4 s of the driver's CPU)."""
-    from tune_runner.plugins import BUILT_IN_MODEL
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The settings every learner of ours has, and what a config does with them: one seed of a population
+    (`member`), a config from a flat dict (`from_dict`), the checks of these fields.
 
-    if name == BUILT_IN_MODEL and not model_config:
-        return
-    from tune_runner.algos.networks import check_model as check
+    A learner's config lists its own settings first, as it always has: `class PPOConfig(LearnerConfig,
+    PPOSettings)`, and a dataclass puts the fields of its last base first. Its `--help` (field docstrings,
+    tune_runner.cli.train.field_docs) and every listing of settings keep that order."""
 
-    check(name, model_config)
+    metrics_num_episodes_for_smoothing: int = 100
+    """Finished episodes that episode_return_mean averages over."""
+    model: str = "mlp"
+    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
+    gym_env_vectorize_mode: str | None = None
+    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
+    envpool; None picks the fastest (tune_runner.algos.learner_envs.default_vectorize_mode)."""
+    num_env_processes: int | None = None
+    """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
+    None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
+    seed: int = 0
+    """Seeds the networks, the envs and every random draw of the learner (seed 0 of num_seeds)."""
+    num_seeds: int = 1
+    """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
+    seed_aggregate: str = "iqm"
+    """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
+    population: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    """Seeds that differ in continuous settings, a population of configs trained as one batch: {setting: [one value
+    per seed]} for lr and gamma, and on ppo lambda_, clip_param, vf_loss_coeff and entropy_coeff too. Seed i trains
+    exactly as a one-seed learner with its own values would (`member(i)`); the settings not listed are shared."""
 
+    population_keys: ClassVar[tuple[str, ...]] = ()
+    """The settings `population` may give each seed (PPO_POPULATION, DQN_POPULATION)."""
+    from_dict_aliases: ClassVar[Mapping[str, str]] = {}
+    """Other names from_dict takes for a setting (RLlib's `lambda`)."""
 
-def check_sde(config: Any) -> None:
-    """use_sde is a switch, sde_sample_freq -1 or a whole number >= 1, and gSDE needs our built-in mlp's features."""
-    if not isinstance(config.use_sde, bool):
-        raise ValueError(f"{type(config).__name__}.use_sde must be true or false, got use_sde={config.use_sde!r}")
-    freq = config.sde_sample_freq
-    if isinstance(freq, bool) or not isinstance(freq, int) or (freq < 1 and freq != -1):
-        raise ValueError(f"{type(config).__name__}.sde_sample_freq must be -1 (once per rollout) or a whole number "
-                         f">= 1 of vector steps, got sde_sample_freq={freq!r}")
-    if config.use_sde and config.model != "mlp":
-        raise ValueError(f"{type(config).__name__}.use_sde needs the built-in model 'mlp' (its last hidden layer is "
-                         f"the noise's features), got model={config.model!r}; set use_sde: false for this model")
+    def member(self: Config, seed: int) -> Config:
+        """Seed `seed` as a one-seed config: its own seed, and its values of `population` in place of the shared
+        ones (what it trains as in the batched learner)."""
+        values = {key: values[seed] for key, values in self.population.items()}  # type: ignore[attr-defined]
+        return dataclasses.replace(self, **values, seed=self.seed + SEED_STRIDE * seed,  # type: ignore[attr-defined]
+                                   num_seeds=1, population={})
 
+    @classmethod
+    def from_dict(cls: type[Config], values: Mapping[str, Any]) -> Config:
+        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
+        aliases = cls.from_dict_aliases  # type: ignore[attr-defined]
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        kwargs = {}
+        for key, value in values.items():
+            key = aliases.get(key, key)
+            if key not in names:
+                raise ValueError(unknown_name(f"{cls.__name__} key", key, names))
+            kwargs[key] = value
+        return cls(**kwargs)
 
-def check_population(config: Any, keys: tuple[str, ...]) -> None:
-    """`population` maps settings of `keys` to one value per seed, and every seed's values pass the settings' own
-    checks (each seed's config, `member(i)`, is built once here); kept as lists (YAML's, JSON's)."""
-    name, population = type(config).__name__, config.population
-    if not isinstance(population, Mapping):
-        raise ValueError(f"{name}.population must be a mapping {{setting: [a value per seed]}}, got "
-                         f"population={population!r}")
-    kept = {}
-    for key, values in population.items():
-        key = ALIASES.get(key, key)
-        if key not in keys:
-            raise ValueError(unknown_name(f"{name}.population setting", key, keys))
-        if not isinstance(values, (list, tuple)) or len(values) != config.num_seeds:
-            raise ValueError(f"{name}.population.{key} must list one value per seed ({config.num_seeds}, num_seeds), "
-                             f"got {key}={values!r}")
-        kept[key] = list(values)
-    object.__setattr__(config, "population", kept)
-    for seed in range(config.num_seeds if kept else 0):
-        try:
-            config.member(seed)
-        except ValueError as error:
-            raise ValueError(f"{name}.population, seed {seed}: {error}") from None
+    def _check_model(self) -> None:
+        object.__setattr__(self, "model_config", dict(self.model_config))
+        check_model(self.model, self.model_config)
 
+    def _check_seeds(self) -> None:
+        check_integer(self, "num_seeds")
+        if self.seed_aggregate not in SEED_AGGREGATES:
+            raise ValueError(unknown_name(f"{type(self).__name__}.seed_aggregate", self.seed_aggregate,
+                                          SEED_AGGREGATES))
 
-def member_config(config: Config, seed: int) -> Config:
-    """Seed `seed` of a config as a one-seed config: its own seed, and its values of `population` in place of the
-    shared ones (what it trains as in the batched learner)."""
-    values = {key: values[seed] for key, values in config.population.items()}  # type: ignore[attr-defined]
-    return dataclasses.replace(config, **values, seed=config.seed + SEED_STRIDE * seed,  # type: ignore[attr-defined]
-                               num_seeds=1, population={})
-
-
-def config_from_dict(cls: type[Config], values: Mapping[str, Any], *,
-                     aliases: Mapping[str, str] | None = None) -> Config:
-    """`cls(**values)`, but an unknown key is a ValueError naming the closest valid key."""
-    aliases = aliases or {}
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    kwargs = {}
-    for key, value in values.items():
-        key = aliases.get(key, key)
-        if key not in names:
-            raise ValueError(unknown_name(f"{cls.__name__} key", key, names))
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
-def _number(config: Any, name: str) -> float:
-    """The value of `name`, or a ValueError naming it when it is not a real number."""
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, Real):  # numpy's scalars are Real too
-        raise ValueError(f"{type(config).__name__}.{name} must be a number, got {name}={value!r} "
-                         f"(a {type(value).__name__})")
-    return value
-
-
-def check_positive(config: Any, *names: str) -> None:
-    """ValueError naming the first of `names` that is not > 0."""
-    for name in names:
-        value = _number(config, name)
-        if not value > 0:
-            raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {name}={value!r}")
-
-
-def check_integer(config: Any, *names: str) -> None:
-    """ValueError naming the first of `names` that is not a whole number."""
-    for name in names:
-        value = _number(config, name)
-        if value != int(value):
-            raise ValueError(f"{type(config).__name__}.{name} must be a whole number, got {name}={value!r}")
-        object.__setattr__(config, name, int(value))
-
-
-def check_finite(config: Any, *names: str) -> None:
-    """ValueError naming the first of `names` that is not a finite number."""
-    for name in names:
-        value = _number(config, name)
-        if not math.isfinite(value):
-            raise ValueError(f"{type(config).__name__}.{name} must be a finite number, got {name}={value!r}")
-
-
-def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
-    """ValueError naming the first of `names` that is not in [0, 1] ((0, 1] without `allow_zero`)."""
-    for name in names:
-        value = _number(config, name)
-        above_low = value >= 0.0 if allow_zero else value > 0.0
-        if not (above_low and value <= 1.0):  # NaN fails both
-            interval = "[0, 1]" if allow_zero else "(0, 1]"
-            raise ValueError(f"{type(config).__name__}.{name} must be in {interval}, got {name}={value!r}")
-
-
-def check_vector_env(config: Any) -> None:
-    """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
-    from tune_runner.algos.vector_envs import VECTORIZE_MODES, envpool_refusal
-
-    name = type(config).__name__
-    mode = config.gym_env_vectorize_mode
-    if mode is not None and mode not in VECTORIZE_MODES:
-        raise ValueError(unknown_name(f"{name}.gym_env_vectorize_mode", mode, VECTORIZE_MODES))
-    refusal = envpool_refusal(None, {}) if mode == "envpool" else None  # which env is not known here
-    if refusal:
-        raise ValueError(f"{name}.gym_env_vectorize_mode envpool: {refusal}")
-    if config.num_env_processes is not None:
-        check_positive(config, "num_env_processes")
-        check_integer(config, "num_env_processes")
-
-
-def check_schedule(config: Any, name: str) -> None:
-    """`name` is a number > 0, or RLlib's schedule form `[[env_steps, value], ...]`.
-
-    A schedule starts at env step 0, its steps rise strictly, its values are >= 0 and the
-    first is > 0 (ending at 0 is the usual linear decay).
-    """
-    value = getattr(config, name)
-    if not isinstance(value, (list, tuple)):
-        check_positive(config, name)
-        return
-    where = f"{type(config).__name__}.{name}"
-    pairs = [tuple(p) for p in value if isinstance(p, (list, tuple)) and len(p) == 2]
-    numbers = all(not isinstance(x, bool) and isinstance(x, (int, float)) for p in pairs for x in p)
-    if not value or len(pairs) != len(value) or not numbers:
-        raise ValueError(f"{where} must be a number or a schedule [[env_steps, value], ...], got {name}={value!r}")
-    steps = [p[0] for p in pairs]
-    if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-        raise ValueError(f"{where}: a schedule's env steps start at 0 and rise, got {name}={value!r}")
-    if pairs[0][1] <= 0 or any(v < 0 for _, v in pairs):
-        raise ValueError(f"{where}: a schedule's values are >= 0 and the first > 0, got {name}={value!r}")
-    object.__setattr__(config, name, tuple((int(t), float(v)) for t, v in pairs))
+    def _check_population(self) -> None:
+        """`population` maps settings of `population_keys` to one value per seed, and every seed's values pass the
+        settings' own checks (each seed's config, `member(i)`, is built once here); kept as lists (YAML's, JSON's)."""
+        name, population, keys = type(self).__name__, self.population, self.population_keys
+        if not isinstance(population, Mapping):
+            raise ValueError(f"{name}.population must be a mapping {{setting: [a value per seed]}}, got "
+                             f"population={population!r}")
+        kept = {}
+        for key, values in population.items():
+            key = ALIASES.get(key, key)
+            if key not in keys:
+                raise ValueError(unknown_name(f"{name}.population setting", key, keys))
+            if not isinstance(values, (list, tuple)) or len(values) != self.num_seeds:
+                raise ValueError(f"{name}.population.{key} must list one value per seed ({self.num_seeds}, "
+                                 f"num_seeds), got {key}={values!r}")
+            kept[key] = list(values)
+        object.__setattr__(self, "population", kept)
+        for seed in range(self.num_seeds if kept else 0):
+            try:
+                self.member(seed)
+            except ValueError as error:
+                raise ValueError(f"{name}.population, seed {seed}: {error}") from None
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """PPO settings, named as in RLlib's PPOConfig."""
+class PPOSettings:
+    """PPO's own settings, in the order PPOConfig lists them before the ones every learner has."""
 
     lr: float | tuple[tuple[int, float], ...] = 3e-4
     """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
@@ -255,33 +178,18 @@ class PPOConfig:
     normalize_rewards: bool = False
     """Divide rewards by the running std of each env's discounted return, clipped to +-10 (Stable-Baselines3's
     VecNormalize norm_reward); only the value targets see it, the reported returns stay raw."""
-    metrics_num_episodes_for_smoothing: int = 100
-    """Finished episodes that episode_return_mean averages over."""
-    model: str = "mlp"
-    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
-    model_config: Mapping[str, Any] = field(default_factory=dict)
-    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
-    gym_env_vectorize_mode: str | None = None
-    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
-    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
-    num_env_processes: int | None = None
-    """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
-    None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
-    seed: int = 0
-    """Seeds the networks, the envs and every random draw of the learner (seed 0 of num_seeds)."""
-    num_seeds: int = 1
-    """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
-    seed_aggregate: str = "iqm"
-    """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
-    population: Mapping[str, Sequence[float]] = field(default_factory=dict)
-    """Seeds that differ in continuous settings, a population of configs trained as one batch: {setting: [one value
-    per seed]} for lr, gamma, lambda_, clip_param, vf_loss_coeff and entropy_coeff. Seed i trains exactly as a
-    one-seed learner with its own values would (`member(i)`); the settings not listed are shared."""
+
+
+@dataclass(frozen=True)
+class PPOConfig(LearnerConfig, PPOSettings):
+    """PPO settings, named as in RLlib's PPOConfig."""
+
+    population_keys = PPO_POPULATION
+    from_dict_aliases = {"lambda": "lambda_"}
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
-        object.__setattr__(self, "model_config", dict(self.model_config))
-        check_model(self.model, self.model_config)
+        self._check_model()
         check_schedule(self, "lr")
         check_vector_env(self)
         check_finite(self, "log_std_init")
@@ -294,32 +202,21 @@ class PPOConfig:
         check_positive(self, "clip_param", "num_epochs", "minibatch_size", "train_batch_size",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds",
                        *self._optional())
-        check_integer(self, "num_seeds")
-        if self.seed_aggregate not in SEED_AGGREGATES:
-            raise ValueError(unknown_name("PPOConfig.seed_aggregate", self.seed_aggregate, SEED_AGGREGATES))
+        self._check_seeds()
         check_unit(self, "gamma", allow_zero=False)
         check_unit(self, "lambda_")
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(f"PPOConfig.minibatch_size must be <= train_batch_size, got minibatch_size="
                              f"{self.minibatch_size!r} > train_batch_size={self.train_batch_size!r}")
-        check_population(self, PPO_POPULATION)
-
-    def member(self, seed: int) -> PPOConfig:
-        """Seed `seed` as a one-seed config (`member_config`)."""
-        return member_config(self, seed)
+        self._check_population()
 
     def _optional(self) -> list[str]:
         return [name for name in ("vf_clip_param", "grad_clip") if getattr(self, name) is not None]
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
-        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
-        return config_from_dict(cls, values, aliases={"lambda": "lambda_"})
-
 
 @dataclass(frozen=True)
-class DQNConfig:
-    """DQN settings, named as in RLlib's DQNConfig."""
+class DQNSettings:
+    """DQN's own settings, in the order DQNConfig lists them before the ones every learner has."""
 
     lr: float | tuple[tuple[int, float], ...] = 1e-3
     """Adam learning rate, or a schedule [[env_steps, lr], ...] (RLlib's form; linear in between)."""
@@ -363,32 +260,17 @@ class DQNConfig:
     """Max global gradient norm; None disables."""
     td_error_loss_fn: str = "huber"
     """huber or mse."""
-    metrics_num_episodes_for_smoothing: int = 100
-    """Finished episodes that episode_return_mean averages over."""
-    model: str = "mlp"
-    """The network: our built-in `mlp` (sized by fcnet_*), or a name registered with @register_model."""
-    model_config: Mapping[str, Any] = field(default_factory=dict)
-    """Options of a registered model (its add_args); each is searchable as model_config.<option>."""
-    gym_env_vectorize_mode: str | None = None
-    """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
-    envpool; None picks the fastest (tune_runner.algos.common.default_vectorize_mode)."""
-    num_env_processes: int | None = None
-    """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
-    None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""
-    seed: int = 0
-    """Seeds the network, the envs and every random draw of the learner (seed 0 of num_seeds)."""
-    num_seeds: int = 1
-    """Independent seeds trained side by side as one batched model; seed i is seed + 1,000,000 * i."""
-    seed_aggregate: str = "iqm"
-    """How the seeds' metrics become the plain-named ones when num_seeds > 1: iqm, mean, min or median."""
-    population: Mapping[str, Sequence[float]] = field(default_factory=dict)
-    """Seeds that differ in lr or gamma, a population of configs trained as one batch: {setting: [one value per
-    seed]}. Seed i trains exactly as a one-seed learner with its own values would (`member(i)`)."""
+
+
+@dataclass(frozen=True)
+class DQNConfig(LearnerConfig, DQNSettings):
+    """DQN settings, named as in RLlib's DQNConfig."""
+
+    population_keys = DQN_POPULATION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
-        object.__setattr__(self, "model_config", dict(self.model_config))
-        check_model(self.model, self.model_config)
+        self._check_model()
         object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
         self._epsilon_from_names()
         if not isinstance(self.epsilon, (int, float)):
@@ -398,9 +280,7 @@ class DQNConfig:
         check_vector_env(self)
         check_positive(self, "train_batch_size", "capacity", "target_network_update_freq", "n_step",
                        "num_envs_per_env_runner", "metrics_num_episodes_for_smoothing", "num_seeds", *optional)
-        check_integer(self, "num_seeds")
-        if self.seed_aggregate not in SEED_AGGREGATES:
-            raise ValueError(unknown_name("DQNConfig.seed_aggregate", self.seed_aggregate, SEED_AGGREGATES))
+        self._check_seeds()
         check_unit(self, "gamma", allow_zero=False)
         prioritized = self.prioritized
         if prioritized is not None and not (prioritized.alpha >= 0 and 0 <= prioritized.beta <= 1
@@ -409,11 +289,7 @@ class DQNConfig:
                              f"and epsilon > 0, got {dict(self.replay_buffer_config)!r}")
         if self.td_error_loss_fn not in ("huber", "mse"):
             raise ValueError(f"DQNConfig.td_error_loss_fn must be 'huber' or 'mse', got {self.td_error_loss_fn!r}")
-        check_population(self, DQN_POPULATION)
-
-    def member(self, seed: int) -> DQNConfig:
-        """Seed `seed` as a one-seed config (`member_config`)."""
-        return member_config(self, seed)
+        self._check_population()
 
     def _epsilon_from_names(self) -> None:
         """initial_epsilon, final_epsilon and epsilon_timesteps, all three, become `epsilon`'s schedule."""
@@ -461,8 +337,3 @@ class DQNConfig:
         import numpy as np
 
         return float(np.interp(env_steps, steps, values))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> DQNConfig:
-        """A config from a flat dict; an unknown key is a ValueError naming the closest valid one."""
-        return config_from_dict(cls, values)

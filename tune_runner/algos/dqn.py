@@ -30,9 +30,12 @@ import numpy as np
 import torch
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import Rngs, make_vec_env, masked_logits, scheduled, split_obs, to_tensor
+from tune_runner.algos.common import Rngs, scheduled, to_tensor
 from tune_runner.algos.config import DQNConfig
+from tune_runner.algos.distributions import masked_logits
 from tune_runner.algos.learner import Replay, SeedLearnerBase
+from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, split_obs
+from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.qnetwork import QNetwork, dqn_targets, q_networks, td_loss
 from tune_runner.algos.replay import NStepAccumulator, SeedReplay
 from tune_runner.algos.seeds import SeedStats, derived_seeds, seed_metrics
@@ -98,7 +101,7 @@ class DQN(SeedLearnerBase):
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
+        self.env = env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                         num_envs=config.num_envs_per_env_runner,
                                                         vectorize_mode=config.gym_env_vectorize_mode,
                                                         processes=config.num_env_processes or 1)
@@ -110,7 +113,7 @@ class DQN(SeedLearnerBase):
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
                                          device=self.device, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
-        self.optimizer = batched.SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
+        self.optimizer = SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.buffer = SeedReplay(self.num_seeds, config.capacity, prioritized=config.prioritized, fields={
             "obs": ((env.obs_dim,), np.float32), "actions": ((), np.int64), "rewards": ((), np.float32),
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),

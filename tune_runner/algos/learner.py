@@ -19,8 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from tune_runner.algos.batched import load_seed_weights, seed_weights
-from tune_runner.algos.common import EpisodeStats, FlatAdam, scheduled
-from tune_runner.algos.config import ACTION_SPACES, OBSERVATION_SPACES
+from tune_runner.algos.common import EpisodeStats, scheduled
+from tune_runner.algos.optim import FlatAdam
+from tune_runner.algos.spaces import ACTION_SPACES, OBSERVATION_SPACES
 
 
 class Learner(Protocol):
@@ -128,7 +129,7 @@ class SeedLearnerBase(LearnerBase):
     """The bookkeeping of a learner of K seeds trained as one batched model (issue 16).
 
     A subclass sets `seeds` (tune_runner.algos.seeds.derived_seeds), one `rngs` per seed, `env` (a
-    batched.SeedEnvs), `stats` (a seeds.SeedStats), `optimizer` (a batched.SeedAdam) and
+    learner_envs.SeedEnvs), `stats` (a seeds.SeedStats), `optimizer` (an optim.SeedAdam) and
     `seed_env_steps`, and names its batched networks in `networks`. Its state is the K states a
     one-seed learner of each seed would save: one seed's is that state itself, as before seeds existed;
     K seeds' is {"num_seeds": K, "seeds": [...]}. A subclass with more to save extends `seed_state`

@@ -39,138 +39,41 @@ import torch
 from torch import nn
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import (
-    Rngs,
-    make_vec_env,
+from tune_runner.algos.common import Rngs, mlp, scheduled, to_tensor
+from tune_runner.algos.config import PPOConfig
+from tune_runner.algos.distributions import (
+    gaussian_entropy,
+    gaussian_logp,
     masked_logits,
-    mlp,
-    scheduled,
+    sample_actions,
+    sample_seed_actions,
+    sde_log_std,
     segments_argmax,
     segments_gather,
     segments_log_softmax,
-    split_obs,
-    to_tensor,
 )
-from tune_runner.algos.config import PPO_ACTION_SPACES, PPOConfig
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
+from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, split_obs
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
+from tune_runner.algos.optim import SeedAdam
+from tune_runner.algos.ppo_loss import LOSSES, ppo_losses
+from tune_runner.algos.rollout import compute_gae, merge_rollouts, rollout_arrays
 from tune_runner.algos.seeds import (
     SeedStats,
     by_seed,
     derived_seeds,
-    join_by_seed,
     minibatch_plan,
     seed_metrics,
     standardized,
 )
-
-# Rollout arrays indexed [time, env]; the rest of a batch is merged differently.
-NOT_TIME_MAJOR = ("last_obs", "env_steps", "seed_env_steps", "episode_returns", "episode_lens", "episode_seeds",
-                  "obs_moments", "reward_moments")
-LOSSES = ("policy_loss", "vf_loss", "entropy", "kl")
-
-
-def compute_gae(*, rewards: np.ndarray, values: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                last_values: np.ndarray, gamma: float | np.ndarray,
-                lambda_: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(advantages, value targets) of a [time, env] rollout; `gamma` and `lambda_` a number, or one per env.
-
-    `values[t + 1]` (`last_values` after the last step) must be the value of the observation
-    that step t returned: the episode's final observation when step t ended it, which is what
-    NEXT_STEP autoreset hands over. A truncated episode thus bootstraps from its final state,
-    a terminated one from nothing, and neither carries advantage across the episode boundary.
-    """
-    next_values = np.concatenate([values[1:], last_values[None]])
-    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
-    carry = gamma * lambda_ * (1.0 - (terminated | truncated))
-    advantages = np.zeros_like(deltas)
-    running = np.zeros_like(deltas[0])
-    for t in reversed(range(len(deltas))):
-        running = deltas[t] + carry[t] * running
-        advantages[t] = running
-    return advantages, advantages + values
+from tune_runner.algos.spaces import PPO_ACTION_SPACES
 
 
 def rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """tensor[index] for an index of any shape into the first axis: index_select on the flat index, which runs at
     about twice the speed of advanced indexing on a [K, width] index."""
     return tensor.index_select(0, index.reshape(-1)).view(*index.shape, *tensor.shape[1:])
-
-
-def ppo_losses(*, new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, values: torch.Tensor,
-               value_targets: torch.Tensor, entropy: torch.Tensor, clip_param: float | torch.Tensor,
-               vf_clip_param: float | None, vf_loss_coeff: float | torch.Tensor, entropy_coeff: float | torch.Tensor,
-               mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """PPO's minibatch losses from per-sample tensors: each output is a mean over the last axis, a
-    scalar for [batch] inputs and one value per seed for [K, batch]. With `mask` (1 on real samples, 0
-    on padding) each mean is over the real samples only. For [K, batch] inputs, `clip_param` may be a
-    [K, 1] tensor and the coefficients [K] tensors: one value per seed (a population, PPOConfig.population).
-
-    policy_loss: -mean(min(A * r, A * clip(r, 1 - clip_param, 1 + clip_param))), r = exp(new - old logp).
-    vf_loss: mean((V - target)^2), each squared error first capped at `vf_clip_param` (RLlib's
-    meaning) unless it is None. total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff
-    * entropy. kl is the low-variance estimator of KL(old || new) (Schulman's k3): mean((r - 1) - log r).
-    """
-    def mean(x: torch.Tensor) -> torch.Tensor:
-        return x.mean(-1) if mask is None else (x * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-
-    log_ratio = new_logp - old_logp
-    ratio = log_ratio.exp()
-    policy_loss = -mean(torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip_param, 1 + clip_param)))
-    vf_loss = (values - value_targets).pow(2)
-    if vf_clip_param is not None:
-        vf_loss = vf_loss.clamp(max=vf_clip_param)
-    vf_loss = mean(vf_loss)
-    entropy = mean(entropy)
-    total_loss = policy_loss + vf_loss_coeff * vf_loss - entropy_coeff * entropy
-    kl = mean((ratio - 1) - log_ratio)
-    return {"policy_loss": policy_loss, "vf_loss": vf_loss, "entropy": entropy, "kl": kl, "total_loss": total_loss}
-
-
-def sample_actions(logits: torch.Tensor, *, generator: torch.Generator, nvec: Sequence[int] = ()) -> torch.Tensor:
-    """One action per row, drawn from softmax(logits); a -inf logit is never drawn. With `nvec` (MultiDiscrete)
-    one choice per segment of nvec[i] logits, each drawn from its own softmax: [rows, len(nvec)].
-
-    Gumbel-max (argmax of logits minus log(-log(u)), u uniform in [0, 1)): exact, and about
-    three times faster than torch.multinomial on the small batches of a rollout step.
-    """
-    gumbel = torch.rand(logits.shape, generator=generator).log_().neg_().log_()
-    return segments_argmax(logits.cpu() - gumbel, nvec)
-
-
-def sample_seed_actions(logits: torch.Tensor, *, generators: list[torch.Generator],
-                        nvec: Sequence[int] = ()) -> torch.Tensor:
-    """`sample_actions` for K seeds' logits [K, n, logits]: seed i's noise from generators[i] alone."""
-    gumbel = batched.seed_uniform(logits.shape, generators).log_().neg_().log_()
-    return segments_argmax(logits.cpu() - gumbel, nvec)
-
-
-LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def gaussian_logp(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """log N(actions; mean, diag(exp(log_std))^2), summed over the last axis (the action's numbers)."""
-    z = (actions - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - LOG_SQRT_2PI).sum(-1)
-
-
-def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
-    """Entropy of a diagonal Gaussian, summed over the last axis: sum(log_std) + size * (1 + log 2 pi) / 2."""
-    return (log_std + 0.5 + LOG_SQRT_2PI).sum(-1)
-
-
-SDE_EPSILON = 1e-6  # Stable-Baselines3's: added to gSDE's variance, so a zero feature vector still has a density
-
-
-def sde_log_std(features: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """gSDE's log std of each action number at each observation: 0.5 * log(features^2 @ exp(log_std)^2 + eps).
-
-    `features` [..., batch, F] (gradients stopped: the noise does not train the features, SB3's learn_features
-    off), `log_std` [..., F, A] with matching leading axes; [..., batch, A]. The action's noise is
-    features @ E with E ~ N(0, exp(log_std)^2) elementwise, whose variance per action number this is."""
-    variance = torch.matmul(features.detach().pow(2), torch.exp(2 * log_std))
-    return 0.5 * torch.log(variance + SDE_EPSILON)
 
 
 def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
@@ -193,7 +96,7 @@ class PPO(SeedLearnerBase):
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.device = config, env_id, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = batched.SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
+        self.env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                   num_envs=config.num_envs_per_env_runner,
                                                   vectorize_mode=config.gym_env_vectorize_mode,
                                                   processes=config.num_env_processes or 1) for seed in self.seeds])
@@ -213,7 +116,7 @@ class PPO(SeedLearnerBase):
             start = torch.full(shape, float(config.log_std_init), device=self.device)
             self.log_std = batched.SeedVector([start] * self.num_seeds)
             params.append(self.log_std.weight)
-        self.optimizer = batched.SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
+        self.optimizer = SeedAdam(params, num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))
         self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
             if config.observation_filter == "MeanStdFilter" else None
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
@@ -314,15 +217,7 @@ class PPO(SeedLearnerBase):
     def _rollout_buffers(self, length: int) -> dict[str, np.ndarray]:
         # Reused across iterations: only a different rollout length allocates.
         if self._buffers.get("rewards", np.empty(0)).shape[:1] != (length,):
-            shape, env = (length, self.env.num_envs), self.env
-            actions = np.zeros((*shape, env.num_actions), np.float32) if env.continuous \
-                else np.zeros((*shape, len(env.nvec)), np.int64) if env.nvec else np.zeros(shape, np.int64)
-            self._buffers = {"obs": np.zeros((*shape, env.obs_dim), np.float32),
-                             "actions": actions, "logp": np.zeros(shape, np.float32),
-                             "rewards": np.zeros(shape, np.float32), "terminated": np.zeros(shape, bool),
-                             "truncated": np.zeros(shape, bool), "valid": np.zeros(shape, bool)}
-            if env.masked:
-                self._buffers["mask"] = np.zeros((*shape, env.num_actions), bool)
+            self._buffers = rollout_arrays(self.env, length)
         return self._buffers
 
     @torch.no_grad()
@@ -380,14 +275,8 @@ class PPO(SeedLearnerBase):
     # ---- learning -----------------------------------------------------------------------------
 
     def merge(self, batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Rollouts of several workers as one: each seed's envs of every worker side by side, seeds in order."""
-        k = self.num_seeds
-        merged = {key: join_by_seed([b[key] for b in batches], axis=1, num_seeds=k)
-                  for key in batches[0] if key not in NOT_TIME_MAJOR}
-        merged["last_obs"] = join_by_seed([b["last_obs"] for b in batches], axis=0, num_seeds=k)
-        merged["seed_env_steps"] = np.sum([b["seed_env_steps"] for b in batches], axis=0)
-        merged["episode_seeds"] = np.concatenate([b["episode_seeds"] for b in batches])
-        return merged
+        """Rollouts of several workers as one (`merge_rollouts`)."""
+        return merge_rollouts(batches, num_seeds=self.num_seeds)
 
     def learn(self, batch: Mapping[str, Any]) -> list[dict[str, float]]:
         """GAE on a `collect` batch, then num_epochs x minibatches of PPO updates; each seed's mean losses.

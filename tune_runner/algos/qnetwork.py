@@ -19,6 +19,17 @@ from tune_runner.algos.common import mlp
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 
 
+def q_values(net: QNetwork | BatchedQNetwork, obs: torch.Tensor) -> torch.Tensor:
+    """The Q-values of a QNetwork, or of K as one: the trunk's output, or with `dueling` V(s) + A(s, a) -
+    mean_a A(s, a) from the heads on the trunk's features. One function for both, so a seed of the batched
+    network computes its Q-values with the one-seed network's ops."""
+    if not net.dueling:
+        return net.trunk(obs)
+    features = net.trunk(obs)
+    advantage = net.advantage(features)
+    return net.value(features) + advantage - advantage.mean(-1, keepdim=True)
+
+
 class QNetwork(nn.Module):
     """Q-values from an MLP; with `dueling`, V(s) + A(s, a) - mean_a A(s, a)."""
 
@@ -33,11 +44,7 @@ class QNetwork(nn.Module):
             self.trunk = mlp([obs_dim, *hiddens, num_actions], activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if not self.dueling:
-            return self.trunk(obs)
-        features = self.trunk(obs)
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(-1, keepdim=True)
+        return q_values(self, obs)
 
 
 class BatchedQNetwork(nn.Module):
@@ -55,11 +62,7 @@ class BatchedQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """[K, batch, obs] -> [K, batch, actions]."""
-        if not self.dueling:
-            return self.trunk(obs)
-        features = self.trunk(obs)
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(-1, keepdim=True)
+        return q_values(self, obs)
 
     @staticmethod
     def _key(part: str, key: str) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # an annotation only: DQNConfig reads Prioritized from here in the driver, without torch
-    from tune_runner.algos.common import Step
+    from tune_runner.algos.learner_envs import Step
 
 
 class ReplayBuffer:

@@ -140,7 +140,7 @@ class SeedStats:
         return int(self.seed_episodes.sum())
 
     def update(self, step: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Add one vector step (a common.Step); the (returns, lengths, seeds) of the episodes it finished."""
+        """Add one vector step (a learner_envs.Step); the (returns, lengths, seeds) of the episodes it finished."""
         self.returns += np.where(step.valid, step.rewards, 0.0)
         self.lengths += step.valid
         done = np.flatnonzero((step.terminated | step.truncated) & step.valid)

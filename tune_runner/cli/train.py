@@ -148,7 +148,17 @@ def _field_help(field: dataclasses.Field, docs: dict[str, str]) -> str:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstrings written under a dataclass's fields (CleanRL's convention), by field name."""
+    """The docstrings written under a dataclass's fields (CleanRL's convention), by field name; those of its
+    dataclass bases too (our configs' shared settings are LearnerConfig's), a subclass's own winning."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    """The field docstrings written in `cls`'s own body."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
@@ -224,7 +234,8 @@ def _one_env(flag: str | None, setting: Any) -> str | None:
 def _run_settings(spec: Any, top: dict[str, Any], *, env: str | None) -> dict[str, Any]:
     """An exported bundle's spec changes for `--set` run settings: env_config merged, metric, mode, stop_at;
     another env than the bundle's gets its own stop_at (spec.experiment.retarget_stop_at), as search does."""
-    from tune_runner.spec.experiment import number_setting, retarget_stop_at, seeds_settings
+    from tune_runner.spec.experiment import retarget_stop_at
+    from tune_runner.spec.top_level import number_setting, seeds_settings
 
     changes: dict[str, Any] = {k: str(top[k]) for k in ("metric", "mode") if k in top}
     changes.update(seeds_settings(top, "--set"))
@@ -244,7 +255,7 @@ def _run_settings(spec: Any, top: dict[str, Any], *, env: str | None) -> dict[st
 
 def _budget(args: argparse.Namespace, fixed: dict[str, Any]) -> int | None:
     """--budget, or `--set budget=N` (as search takes it; taken out of `fixed`); None for the default."""
-    from tune_runner.spec.experiment import budget_steps
+    from tune_runner.spec.top_level import budget_steps
 
     sets = [fixed.pop(key) for key in ("budget", "budget.env_steps") if key in fixed]
     if not sets:

@@ -13,7 +13,8 @@ import yaml
 
 from tune_runner.errors import UserError
 from tune_runner.files import read_yaml_mapping, short, write_atomically
-from tune_runner.spec.experiment import Component, ExperimentSpec, budget_steps, number_setting
+from tune_runner.spec.experiment import Component, ExperimentSpec
+from tune_runner.spec.top_level import budget_steps, number_setting
 
 FORMAT = 1
 # Every key of a bundle, in the order a new one is written (its fields below, in that order).

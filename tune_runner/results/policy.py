@@ -27,9 +27,12 @@ import numpy as np
 import torch
 
 from tune_runner import files
-from tune_runner.algos.common import ActionSpace, masked_logits, segments_argmax, split_obs, to_tensor
-from tune_runner.algos.config import MASK_KEYS
+from tune_runner.algos.action_space import ActionSpace
+from tune_runner.algos.common import to_tensor
+from tune_runner.algos.distributions import masked_logits, segments_argmax
+from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.normalize import normalized
+from tune_runner.algos.spaces import MASK_KEYS
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
 from tune_runner.results.pyfunc_model import uses_cnn

@@ -1,7 +1,8 @@
 """Space files and flags → one validated experiment spec.
 
 This is the only module that reads a space file. Everything downstream takes an
-`ExperimentSpec` and never sees raw YAML or argparse namespaces.
+`ExperimentSpec` and never sees raw YAML or argparse namespaces. The top level's keys and the readers of its values
+are tune_runner.spec.top_level's.
 """
 
 from __future__ import annotations
@@ -16,18 +17,24 @@ from typing import Any
 import yaml
 
 from tune_runner import paths
-from tune_runner.errors import NotFound, UserError, closest, unknown_name
+from tune_runner.errors import NotFound, UserError, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.spec import reserved
 from tune_runner.spec import seed_keys as seeds
 from tune_runner.spec.search_space import Param, _short, parse_space
+from tune_runner.spec.top_level import (
+    TOP_KEYS,
+    budget_steps,
+    check_top_keys,
+    choice,
+    number_setting,
+    plugin_paths,
+    positive_int,
+    reevaluate_setting,
+    typed,
+)
 
-TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "seeds_per_trial", "seed_aggregate",
-            "reevaluate", "fixed", "space", "backends", "plugins")
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
-REQUIRED = ("trainable", "env", "budget")
-BUDGET_KEYS = ("env_steps",)
 WINDOW_KEY, DEFAULT_WINDOW = "metrics_num_episodes_for_smoothing", 100  # the episodes a return is the mean of
 
 
@@ -315,11 +322,11 @@ def apply_override(raw: dict, item: str) -> None:
 def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> ExperimentSpec:
     """Validate a parsed space mapping into an ExperimentSpec."""
     where = source
-    _check_top_keys(raw, where=where)
-    mode = _typed(raw, "mode", str, where, default="max")
+    check_top_keys(raw, where=where)
+    mode = typed(raw, "mode", str, where, default="max")
     if mode not in ("max", "min"):
         raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
-    fixed = _typed(raw, "fixed", dict, where, default={})
+    fixed = typed(raw, "fixed", dict, where, default={})
     space = parse_space(raw.get("space"), where=where, fixed=fixed)
     for key in reserved.TOP_LEVEL:
         if key in fixed or key in {p.name for p in space}:
@@ -328,128 +335,25 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
             raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space{search}")
     return ExperimentSpec(
         name=name, source=source, source_sha256=sha256,
-        description=_typed(raw, "description", str, where, default=""),
-        trainable=_typed(raw, "trainable", str, where),
-        env=_typed(raw, "env", str, where),
-        env_config=_typed(raw, "env_config", dict, where, default={}),
-        metric=_typed(raw, "metric", str, where, default="episode_return_mean"),
+        description=typed(raw, "description", str, where, default=""),
+        trainable=typed(raw, "trainable", str, where),
+        env=typed(raw, "env", str, where),
+        env_config=typed(raw, "env_config", dict, where, default={}),
+        metric=typed(raw, "metric", str, where, default="episode_return_mean"),
         mode=mode,
         budget_env_steps=budget_steps(raw["budget"], where),
         stop_at=number_setting(raw, "stop_at", where),
         searcher=_component(raw, "searcher", where, default="random"),
         scheduler=_component(raw, "scheduler", where, default="fifo"),
-        num_samples=_positive_int(raw, "num_samples", where, default=1),
-        max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
-        seeds_per_trial=_positive_int(raw, "seeds_per_trial", where, default=1),
-        seed_aggregate=_choice(raw, "seed_aggregate", seeds.AGGREGATES, where),
+        num_samples=positive_int(raw, "num_samples", where, default=1),
+        max_concurrent=positive_int(raw, "max_concurrent", where, default=None),
+        seeds_per_trial=positive_int(raw, "seeds_per_trial", where, default=1),
+        seed_aggregate=choice(raw, "seed_aggregate", seeds.AGGREGATES, where),
         fixed=fixed,
         space=space,
-        reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
-        plugins=_plugin_paths(raw.get("plugins", []), where),
+        reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),
+        plugins=plugin_paths(raw.get("plugins", []), where),
     )
-
-
-def _check_top_keys(raw: dict, *, where: str) -> None:
-    """Every top-level key known (an unknown one gets the closest), every required one there."""
-    for key in raw:
-        if key not in TOP_KEYS:
-            near = closest(key, TOP_KEYS)
-            hint = f"did you mean {near!r}?" if near else f"valid keys: {', '.join(TOP_KEYS)}"
-            raise UserError(f"{where}: {key}: unknown key; {hint}")
-    for key in REQUIRED:
-        if key not in raw:
-            raise UserError(f"{where}: {key}: missing; every space file names its "
-                            f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
-
-
-def _plugin_paths(value: Any, where: str) -> tuple[str, ...]:
-    """`plugins:` as absolute paths; relative ones are relative to the space file's folder."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
-        raise UserError(f"{where}: plugins: expected a list of .py files or folders, got {_short(value)}")
-    base = Path(where).parent if Path(where).is_file() else Path.cwd()
-    return tuple(str((base / Path(v).expanduser()).resolve()) for v in items)
-
-
-def _reevaluate_setting(value: Any, where: str) -> bool | dict:
-    """`reevaluate: false`, `true` (the default: 2 configs x 3 seeds, capped), or `{top: K, seeds: N}`."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, dict) and set(value) <= {"top", "seeds"} and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value.values()):
-        return dict(value)
-    raise UserError(f"{where}: reevaluate: expected false, true or {{top: 2, seeds: 3}} (positive integers), "
-                    f"got {_short(value)}")
-
-
-def _typed(raw: dict, key: str, kind: type, where: str, *, default: Any = ...) -> Any:
-    value = raw.get(key, default)
-    if value is ...:
-        raise UserError(f"{where}: {key}: missing")
-    if value is None and default is not ...:
-        return copy.deepcopy(default)
-    if not isinstance(value, kind):
-        raise UserError(f"{where}: {key}: expected {_kind(kind)}, got {_short(value)}")
-    return value
-
-
-def _choice(raw: dict, key: str, choices: tuple[str, ...], where: str) -> str:
-    """One of `choices` (the first by default); an unknown one gets the closest."""
-    value = _typed(raw, key, str, where, default=choices[0])
-    if value not in choices:
-        raise UserError(f"{where}: {key}: {unknown_name(key, value, choices)}")
-    return value
-
-
-def _kind(kind: type) -> str:
-    return {str: "a string", dict: "a mapping", int: "an integer", list: "a list"}.get(kind, kind.__name__)
-
-
-def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> int | None:
-    value = raw.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
-    return value
-
-
-def seeds_settings(raw: dict, where: str) -> dict[str, Any]:
-    """seeds_per_trial and seed_aggregate, those of them `raw` has, checked as a space's top level checks them."""
-    checked: dict[str, Any] = {}
-    if "seeds_per_trial" in raw:
-        checked["seeds_per_trial"] = _positive_int(raw, "seeds_per_trial", where, default=1)
-    if "seed_aggregate" in raw:
-        checked["seed_aggregate"] = _choice(raw, "seed_aggregate", seeds.AGGREGATES, where)
-    return checked
-
-
-def number_setting(raw: dict, key: str, where: str) -> float | None:
-    """An optional number setting (None when absent), with a fix for YAML's `1e5`-as-text."""
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        fix = f"; write {value.replace('e', '.0e', 1)}" if isinstance(value, str) and "e" in value else ""
-        raise UserError(f"{where}: {key}: expected a number, got {_short(value)}{fix}")
-    return float(value)
-
-
-def budget_steps(value: Any, where: str) -> int:
-    """The `budget:` mapping's env steps, checked."""
-    if not isinstance(value, dict):
-        raise UserError(f"{where}: budget: expected a mapping like {{env_steps: 100000}}, got {_short(value)}")
-    for key in value:
-        if key not in BUDGET_KEYS:
-            raise UserError(f"{where}: budget.{key}: {unknown_name('budget key', key, BUDGET_KEYS)}")
-    steps = value.get("env_steps")
-    if isinstance(steps, float) and steps.is_integer():
-        steps = int(steps)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        fix = "; write 100000 or 1.0e+5" if isinstance(steps, str) else ""
-        raise UserError(f"{where}: budget.env_steps: expected a positive whole number of env steps, "
-                        f"got {_short(steps)}{fix}")
-    return steps
 
 
 def _component(raw: dict, key: str, where: str, *, default: str) -> Component:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tune_runner.algos.config import ACTION_SPACES, MASKABLE_ACTIONS, OBSERVATION_SPACES, PPO_ACTION_SPACES
+from tune_runner.algos.spaces import ACTION_SPACES, MASKABLE_ACTIONS, OBSERVATION_SPACES, PPO_ACTION_SPACES
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.registry import Registry
 from tune_runner.trainables.backends import (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tune_runner.algos.config import MASKED, inner_space, is_masked
+from tune_runner.algos.spaces import MASKED, inner_space, is_masked
 from tune_runner.errors import UserError
 from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
 

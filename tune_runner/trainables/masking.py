@@ -1,6 +1,6 @@
 """Action masking for RLlib's new API stack: envs whose observations are {'observations', 'action_mask'}.
 
-Our own learners read the mask themselves (tune_runner.algos.common.split_obs). RLlib's default
+Our own learners read the mask themselves (tune_runner.algos.learner_envs.split_obs). RLlib's default
 modules cannot take a Dict observation, so `install` swaps in one of the small modules below.
 Each builds RLlib's default networks for the 'observations' part only, and forbids what the
 mask forbids in every forward pass, training included, so the loss sees the same masked
@@ -24,7 +24,7 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from tune_runner.algos.config import inner_space, is_masked
+from tune_runner.algos.spaces import inner_space, is_masked
 from tune_runner.errors import UserError
 
 MASKABLE = ("PPO", "DQN")  # algorithms whose default torch module we subclass
