@@ -234,3 +234,14 @@ def test_the_checks_catch_a_back_import_and_a_cycle():
     edges["tune_runner.spec.experiment"]["tune_runner.cli.main"] = 1  # spec -> cli: above, and a cycle
     assert any("tune_runner.spec.experiment" in c for c in cycles(edges))
     assert layer("tune_runner.cli.main") > layer("tune_runner.spec.experiment")
+
+
+# Issue 42 split the six modules that had grown past about 400 lines along their seams; a module that grows past
+# this again is split the same way, not let grow.
+MAX_LINES = 450
+
+
+def test_no_module_is_over_450_lines():
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"split these along their seams (at most {MAX_LINES} lines a module): {long}"
