@@ -20,6 +20,7 @@ from tune_runner.results.analysis import Best
 from tune_runner.results.bundle import KEYS, Bundle
 from tune_runner.spec import reserved, saved
 from tune_runner.spec.experiment import load_spec
+from tune_runner.trainables.catalog import backend
 
 PACKAGE = Path(tune_runner.__file__).parent
 
@@ -45,7 +46,8 @@ def test_an_exported_bundle_carries_no_plugin_path_bookkeeping_or_resources_unde
     config = {**_trial_config(spec), reserved.CANDIDATE_KEY: 1}
     best = Best(trial_id="t_1", config=config, value=1.0, metric=spec.metric, mode="max", scope="last",
                 last_result={}, trial_path="/x")
-    path = export.bundle(spec, best, experiment="e").write(tmp_path / "best.yaml")
+    data = export.bundle(spec, best, record=backend(spec.trainable), experiment="e")
+    path = data.write(tmp_path / "best.yaml")
     written = yaml.safe_load(path.read_text())
     assert "/home/someone" not in path.read_text()  # a machine's absolute paths do not travel with the bundle
     for section in ("config", "resolved"):
@@ -81,7 +83,7 @@ def _bundle() -> Bundle:
     spec = load_spec("ppo_small")
     best = Best(trial_id="t_1", config=_trial_config(spec), value=480.0, metric=spec.metric, mode="max",
                 scope="last", last_result={"episode_return_mean": 480.0, "env_steps": 100}, trial_path="/x")
-    return export.bundle(spec, best, experiment="e")
+    return export.bundle(spec, best, record=backend(spec.trainable), experiment="e")
 
 
 def test_a_bundle_writes_the_yaml_it_always_wrote_and_reads_back_equal(tmp_path):

@@ -92,8 +92,11 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
-def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
-    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
+def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backend | None = None) -> Prepared:
+    """Check every name, setting and combination in the spec and build the Tune objects; start nothing.
+
+    `record`: the spec's trainable, where the caller resolved it already (`tune-rl train`, to name its flag);
+    else it is resolved here, once, and what runs downstream asks `Prepared.backend`."""
     from tune_runner import searchers
     from tune_runner.trainables import env_check
     from tune_runner.trainables.catalog import backend
@@ -101,7 +104,9 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
 
     spec = with_plugins(spec)
     where = spec.source
-    trainable = _resolve(spec, backend)
+    if record is not None and record.name != spec.trainable:
+        raise ValueError(f"prepare: record {record.name!r} is not the spec's trainable {spec.trainable!r}")
+    trainable = record or _resolve(spec, backend)
     _check_settings(spec, trainable)
     check_seeds(spec, trainable)
     spec = _absolute_task_fn(spec)
@@ -321,17 +326,17 @@ def check_storage(storage: Path | str) -> None:
                         f"choose a folder you can write to")
 
 
-def check_register(spec: ExperimentSpec, name: str | None) -> None:
+def check_register(prepared: Prepared, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables.catalog import OURS, backend
+    from tune_runner.trainables.catalog import OURS
 
     if name is None:
         return
     if not name.strip() or "/" in name or ":" in name:
         raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
-    if not backend(spec.trainable).exports_policy:
-        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
-                        f"a model (only {', '.join(OURS)}); drop --register-model")
+    if not prepared.backend.exports_policy:
+        raise UserError(f"--register-model {name}: the policy of trainable {prepared.spec.trainable} is not "
+                        f"exported as a model (only {', '.join(OURS)}); drop --register-model")
 
 
 
