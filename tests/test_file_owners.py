@@ -4,9 +4,11 @@ the saved spec, run options and finished mark (spec/saved.py), best.yaml (result
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,6 +76,55 @@ def test_each_readers_subset_is_built_from_the_one_list():
     config = {"env": "CartPole-v1", "env_config": {}, "x": 0.3, "tune_rl_plugins": ["/p.py"], "cpus_per_trial": 1,
               "tune_rl_candidate": 0}
     assert oracle.hyperparameters(config) == {"x": 0.3}  # the oracle's distance and luck ignore a search's plug-ins
+
+
+# Python names of ours that share a reserved key's name but are not trial-config keys: the API's keywords,
+# argparse dests and RunOptions fields (--cpus-per-trial fills cpus_per_trial; the flag is not the key), the
+# learner's config field seed_aggregate, and the class attribute an agent declares `seeds_per_trial = True`
+# with. Each is counted: a new literal beside them is caught too.
+NAMESAKES = {
+    ("api/checks.py", "cpus_per_trial"): 1, ("api/checks.py", "gpus_per_trial"): 1,
+    ("api/searching.py", "cpus_per_trial"): 1, ("api/searching.py", "gpus_per_trial"): 1,
+    ("api/searching.py", "seeds_per_trial"): 1, ("api/searching.py", "seed_aggregate"): 1,
+    ("cli/commands.py", "cpus_per_trial"): 2, ("cli/commands.py", "gpus_per_trial"): 2,
+    ("cli/commands.py", "seeds_per_trial"): 2, ("cli/commands.py", "seed_aggregate"): 2,
+    ("cli/options.py", "cpus_per_trial"): 1, ("cli/options.py", "gpus_per_trial"): 1,
+    ("spec/saved.py", "cpus_per_trial"): 1, ("spec/saved.py", "gpus_per_trial"): 1,
+    ("trainables/agents.py", "seed_aggregate"): 1, ("trainables/agents.py", "seeds_per_trial"): 1,
+    ("trainables/backends.py", "seed_aggregate"): 1, ("trainables/backends.py", "seeds_per_trial"): 1,
+}
+# "env" and "env_config" are Ray Tune's and RLlib's own names for these keys, and the spec's and the bundle's
+# fields: written out everywhere, as everyone who reads a Tune config expects them.
+SHARED = ("env", "env_config")
+
+
+def reserved_literals(package: Path) -> Counter:
+    """(module, value) of each string constant in the package, f-strings' parts included, that spells a
+    reserved key (or the env_config./tune_rl_ prefixes) outside spec/reserved.py."""
+    values = {key for key in reserved.RESERVED if key not in SHARED} | {reserved.PREFIX, reserved.BOOKKEEPING_PREFIX}
+    found: Counter = Counter()
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package).as_posix()
+        if module == "spec/reserved.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in values:
+                found[module, node.value] += 1
+    return found
+
+
+def test_each_reserved_key_is_spelled_out_only_in_reserved_py():
+    """A reserved key written as a literal elsewhere bypasses spec/reserved.py: renaming or dropping the key
+    there would leave that reader behind. Every module takes the constant."""
+    assert dict(reserved_literals(PACKAGE)) == NAMESAKES
+
+
+def test_the_literal_check_catches_a_key_written_out(tmp_path):
+    module = tmp_path / "pkg" / "trainables" / "own.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('runners = config.get("num_env_runners", 0)\nkey = f"env_config.{name}"\nenv = config["env"]\n')
+    assert reserved_literals(tmp_path / "pkg") == {("trainables/own.py", "num_env_runners"): 1,
+                                                   ("trainables/own.py", "env_config."): 1}
 
 
 # ---- best.yaml -------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tune_runner.errors import ExitStatus, UserError
+from tune_runner.spec import reserved
 
 if TYPE_CHECKING:
     from tune_runner.trainables.backends import Backend
@@ -30,7 +31,7 @@ DEFAULT_AGENT, DEFAULT_BUDGET = "ppo", 100_000
 SEED_AGENT = "default_agent"  # seed 000's agent name; its learning rule came from --model_name
 # Names whose options need no plug-in file (ours); any other agent or model name reads them.
 OUR_NAMES = (None, SEED_AGENT, "ppo", "dqn", "mlp")
-FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": "num_env_runners"}
+FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": reserved.RUNNERS_KEY}
 
 
 def scan(argv: Sequence[str]) -> dict[str, Any]:
@@ -204,15 +205,15 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> tuple[Any, Backend
 
 
 # --set keys that are the run's settings (a space's top level, search's too), not the learner's
-TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", "seeds_per_trial", "seed_aggregate")
+TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", *reserved.SEED_KEYS)
 
 
 def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
     """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
     trial's config as learner settings): TOP_LEVEL_SETS, and env_config.X as {"env_config": {...}}."""
     top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
-    env_config = {key.removeprefix("env_config."): fixed.pop(key) for key in list(fixed)
-                  if key.startswith("env_config.")}
+    env_config = {key.removeprefix(reserved.PREFIX): fixed.pop(key) for key in list(fixed)
+                  if key.startswith(reserved.PREFIX)}
     if env_config:
         top["env_config"] = env_config
     return top

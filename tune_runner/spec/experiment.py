@@ -23,8 +23,8 @@ from tune_runner.spec import seed_keys as seeds
 from tune_runner.spec.search_space import Param, _short, parse_space
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "seeds_per_trial", "seed_aggregate",
-            "reevaluate", "fixed", "space", "backends", "plugins")
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", reserved.SEEDS_KEY,
+            reserved.AGGREGATE_KEY, "reevaluate", "fixed", "space", "backends", "plugins")
 MERGED = ("fixed", "space", "env_config")  # a backend section adds to these; other keys replace
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -138,7 +138,7 @@ class ExperimentSpec:
     def as_dict(self) -> dict:
         """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results; the seed settings only
         where they differ from one seed (a one-seed search's saved spec is as it always was)."""
-        seeds = {"seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate} \
+        seeds = {reserved.SEEDS_KEY: self.seeds_per_trial, reserved.AGGREGATE_KEY: self.seed_aggregate} \
             if self.seeds_per_trial > 1 else {}
         return {
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
@@ -294,10 +294,10 @@ def apply_override(raw: dict, item: str) -> None:
     key, value = parse_override(item)
     if key in ("budget", "budget.env_steps"):
         raw["budget"] = {"env_steps": value}
-    elif key.startswith("env_config."):
+    elif key.startswith(reserved.PREFIX):
         raw.setdefault("env_config", {})
         if isinstance(raw["env_config"], dict):
-            raw["env_config"][key.removeprefix("env_config.")] = value
+            raw["env_config"][key.removeprefix(reserved.PREFIX)] = value
         if isinstance(raw.get("space"), dict):
             raw["space"].pop(key, None)
     elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
@@ -340,8 +340,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         scheduler=_component(raw, "scheduler", where, default="fifo"),
         num_samples=_positive_int(raw, "num_samples", where, default=1),
         max_concurrent=_positive_int(raw, "max_concurrent", where, default=None),
-        seeds_per_trial=_positive_int(raw, "seeds_per_trial", where, default=1),
-        seed_aggregate=_choice(raw, "seed_aggregate", seeds.AGGREGATES, where),
+        seeds_per_trial=_positive_int(raw, reserved.SEEDS_KEY, where, default=1),
+        seed_aggregate=_choice(raw, reserved.AGGREGATE_KEY, seeds.AGGREGATES, where),
         fixed=fixed,
         space=space,
         reevaluate=_reevaluate_setting(raw.get("reevaluate", True), where),
@@ -417,10 +417,11 @@ def _positive_int(raw: dict, key: str, where: str, *, default: int | None) -> in
 def seeds_settings(raw: dict, where: str) -> dict[str, Any]:
     """seeds_per_trial and seed_aggregate, those of them `raw` has, checked as a space's top level checks them."""
     checked: dict[str, Any] = {}
-    if "seeds_per_trial" in raw:
-        checked["seeds_per_trial"] = _positive_int(raw, "seeds_per_trial", where, default=1)
-    if "seed_aggregate" in raw:
-        checked["seed_aggregate"] = _choice(raw, "seed_aggregate", seeds.AGGREGATES, where)
+    count, aggregate = reserved.SEEDS_KEY, reserved.AGGREGATE_KEY
+    if count in raw:
+        checked[count] = _positive_int(raw, count, where, default=1)
+    if aggregate in raw:
+        checked[aggregate] = _choice(raw, aggregate, seeds.AGGREGATES, where)
     return checked
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tune_runner.errors import UserError, unknown_name
+from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.search_space import Param, _thaw, prune
 
@@ -198,19 +199,20 @@ def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
                         f"(ppo, dqn and agents that declare seeds_per_trial = True train several); "
                         f"set seeds_per_trial: 1")
-    if "env_task_fn" in spec.fixed:
+    if reserved.TASK_FN_KEY in spec.fixed:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: a curriculum (env_task_fn) follows one "
                         f"seed's returns; set seeds_per_trial: 1")
 
 
 def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:
     """A fixed `env_task_fn` file path made absolute: trials run in their own directories."""
-    from tune_runner.trainables.curriculum import TASK_FN, absolute_ref
+    from tune_runner.trainables.curriculum import absolute_ref
 
-    if TASK_FN not in spec.fixed:
+    key = reserved.TASK_FN_KEY
+    if key not in spec.fixed:
         return spec
     try:
-        return replace(spec, fixed={**spec.fixed, TASK_FN: absolute_ref(spec.fixed[TASK_FN])})
+        return replace(spec, fixed={**spec.fixed, key: absolute_ref(spec.fixed[key])})
     except UserError:
         return spec  # check_config names what is wrong with it
 
@@ -248,10 +250,9 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
 
 def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
     """The backend's own validation on one sample of the space, then on each parameter's extremes."""
-    from tune_runner.spec.reserved import SEEDS_KEY
 
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config,
-            **({SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
+            **({reserved.SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
     candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
                            for p in spec.space for value in p.extremes()]
     for config in candidates:
