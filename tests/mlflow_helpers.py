@@ -273,8 +273,10 @@ def log_synthetic_search(uri: str, *, name: str, folder: Path, count: int = 3) -
                          metric=spec.metric, mode=spec.mode, scope="last", last_result=top.last_result,
                          trial_path=top.path)
     from tune_runner.results import export
+    from tune_runner.trainables.catalog import backend
 
-    export_path = export.bundle(spec, best, experiment=name).write(folder / "best.yaml")
+    export_path = export.bundle(spec, best, record=backend(spec.trainable), experiment=name).write(
+        folder / "best.yaml")
     written = report.write(fake, spec, folder=folder, title=name)
     counts = Counter(spec.ending(t.last_result).replace("_", " ") for t in trials)
     outcome = runner.Outcome(folder, best, export_path, counts, 1.0, None, report=tuple(written))

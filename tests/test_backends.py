@@ -145,6 +145,55 @@ def test_prepare_resolves_the_trainable_once_and_carries_the_record(monkeypatch)
     assert prepared.backend is lookup("oracle") and prepared.trainable is prepared.backend.trainable_class()
 
 
+def test_what_runs_after_preflight_asks_its_record_and_never_resolves_the_name_again(monkeypatch, tmp_path):
+    """The register check, the exported bundle and the logged model take the record preflight resolved;
+    prepare takes one already resolved (tune-rl train's), and refuses one of another trainable."""
+    from types import SimpleNamespace
+
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.tracking import log_model
+    from tune_runner.tuning.preflight import check_register, prepare
+
+    prepared = prepare(load_spec("oracle"))
+
+    def resolved_again(name: str) -> None:
+        raise AssertionError(f"{name} resolved again")
+
+    monkeypatch.setattr(catalog, "backend", resolved_again)
+    with pytest.raises(UserError, match="the policy of trainable oracle is not exported"):
+        check_register(prepared, "m")
+    best = Best(trial_id="t_1", config={**prepared.spec.param_space(), "x": 0.5}, value=1.0, metric="peak",
+                mode="max", scope="last", last_result={}, trial_path=str(tmp_path))
+    assert export.bundle(prepared.spec, best, record=prepared.backend, experiment="e").resolved["x"] == 0.5
+    logged = log_model.log_policy(uri="sqlite:///unused.db", experiment_id="0", run_id="r", record=prepared.backend,
+                                  best=SimpleNamespace(trial_path=str(tmp_path), config={}, trial_id="t"))
+    assert logged.note == "not logged (the oracle has no policy)"
+    assert prepare(load_spec("oracle"), record=prepared.backend).backend is prepared.backend
+    with pytest.raises(ValueError, match="record 'ppo' is not the spec's trainable 'oracle'"):
+        prepare(load_spec("oracle"), record=catalog.BACKENDS.get("ppo"))
+
+
+def test_train_resolves_its_agent_once_and_runs_with_that_record(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from tune_runner.cli import train
+    from tune_runner.cli.main import build_parser
+    from tune_runner.tuning import runner
+
+    asked, ran = [], {}
+    lookup = catalog.backend
+    monkeypatch.setattr(catalog, "backend", lambda name: asked.append(name) or lookup(name))
+    monkeypatch.setattr(runner, "run", lambda spec, options, **kwargs: ran.update(spec=spec, **kwargs)
+                        or SimpleNamespace(exit_status=0))
+    argv = ["train", "--env_name", "CartPole-v1", "--agent_name", "oracle"]
+    assert train.command(build_parser(argv).parse_args(argv), io.StringIO()) == 0
+    assert asked == ["oracle"]  # by --agent_name's check, whose record the run is prepared with
+    assert ran["record"] is lookup("oracle") and ran["spec"].trainable == "oracle"
+
+
 def test_rllib_model_config_reaches_the_rl_module_and_a_bad_field_is_one_line():
     """RLlib's new API stack reads its networks from AlgorithmConfig.model_config, a read-only property that
     update_from_dict cannot set: ours passes it to rl_module(model_config=...)."""

@@ -127,7 +127,7 @@ def test_the_export_names_the_env_config_the_best_trial_ran_with():
     searched = spec("ppo", env, env_config={"x": 1}, space={"env_config.size": {"choice": [3, 4]}})
     best = Best(trial_id="t_1", config={**searched.param_space(), "env_config.size": 4, "lr": 0.001}, value=1.0,
                 metric="episode_return_mean", mode="max", scope="last", last_result={}, trial_path="/x")
-    data = export.bundle(searched, best, experiment="e")
+    data = export.bundle(searched, best, record=backend(searched.trainable), experiment="e")
     assert data.env_config == {"x": 1, "size": 4} and data.config == {"lr": 0.001}
 
 

@@ -11,6 +11,7 @@ from tune_runner.errors import UserError
 from tune_runner.results import export
 from tune_runner.results.analysis import Best, parse_scope, score
 from tune_runner.spec.experiment import load_spec
+from tune_runner.trainables.catalog import backend
 
 
 def _best(spec):
@@ -20,10 +21,15 @@ def _best(spec):
                 scope="last", last_result={"episode_return_mean": 480.0, "env_steps": 50_010}, trial_path="/x")
 
 
+def _exported(spec, best, **kwargs):
+    """The bundle as the runner writes it: with the record of the spec's trainable, resolved once."""
+    return export.bundle(spec, best, record=backend(spec.trainable), **kwargs)
+
+
 def test_round_trip_gives_the_same_resolved_config(tmp_path):
     spec = load_spec("ppo_small")
     best = _best(spec)
-    path = export.bundle(spec, best, experiment="exp-1").write(tmp_path / "out" / "best.yaml")
+    path = _exported(spec, best, experiment="exp-1").write(tmp_path / "out" / "best.yaml")
     raw = yaml.safe_load(path.read_text())
     assert raw["source"] == {"experiment": "exp-1", "trial_id": "abc_00001", "space": "ppo_small",
                              "space_file": spec.source, "space_sha256": spec.source_sha256}
@@ -39,12 +45,12 @@ def test_round_trip_gives_the_same_resolved_config(tmp_path):
 def test_bundle_names_the_best_trials_newest_checkpoint(tmp_path):
     spec = load_spec("ppo_small")
     best = _best(spec)
-    assert export.bundle(spec, best, experiment="e").checkpoint is None  # /x holds no checkpoint
+    assert _exported(spec, best, experiment="e").checkpoint is None  # /x holds no checkpoint
     trial = tmp_path / "trial"
     for index in (2, 10, 9):
         (trial / f"checkpoint_{index:06d}").mkdir(parents=True)
     best = Best(**{**best.__dict__, "trial_path": str(trial)})
-    path = export.bundle(spec, best, experiment="e").write(tmp_path / "b.yaml")
+    path = _exported(spec, best, experiment="e").write(tmp_path / "b.yaml")
     assert yaml.safe_load(path.read_text())["checkpoint"] == str((trial / "checkpoint_000010").resolve())
     assert export.load(path).fixed["lr"] == 0.00123  # the new key does not trouble the loader
 
@@ -60,7 +66,7 @@ def test_a_population_trial_exports_its_best_seeds_own_config_which_trains_again
     result = {**base.last_result, "seed_0/episode_return_mean": 100.0, "seed_1/episode_return_mean": float("nan"),
               "seed_2/episode_return_mean": 300.0}
     best = replace(base, config=config, last_result=result, mode=mode)
-    path = export.bundle(spec, best, experiment="e").write(tmp_path / "b.yaml")
+    path = _exported(spec, best, experiment="e").write(tmp_path / "b.yaml")
     raw = yaml.safe_load(path.read_text())
     assert raw["description"].endswith(f"its population's seed {member}")
     assert (raw["config"]["lr"], raw["config"]["gamma"]) == (config["population.lr"][member],
@@ -86,13 +92,13 @@ def test_the_summary_names_a_population_trials_best_seed_and_its_values():
 
 def test_load_applies_overrides(tmp_path):
     spec = load_spec("ppo_small")
-    path = export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
+    path = _exported(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
     assert export.load(path, overrides={"lr": 0.5}).fixed["lr"] == 0.5
 
 
 def test_no_tmp_file_left_behind(tmp_path):
     spec = load_spec("ppo_small")
-    export.bundle(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
+    _exported(spec, _best(spec), experiment="e").write(tmp_path / "b.yaml")
     assert [p.name for p in tmp_path.iterdir()] == ["b.yaml"]
 
 
@@ -115,7 +121,7 @@ def test_scopes():
 ])
 def test_bad_export_values_get_the_space_files_messages(tmp_path, key, value, message):
     spec = load_spec("ppo_small")
-    data = replace(export.bundle(spec, _best(spec), experiment="e"), **{key: value})
+    data = replace(_exported(spec, _best(spec), experiment="e"), **{key: value})
     path = data.write(tmp_path / "b.yaml")
     with pytest.raises(UserError, match=message):
         export.load(path)

@@ -4,9 +4,11 @@ the saved spec, run options and finished mark (spec/saved.py), best.yaml (result
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tune_runner.results.analysis import Best
 from tune_runner.results.bundle import KEYS, Bundle
 from tune_runner.spec import reserved, saved
 from tune_runner.spec.experiment import load_spec
+from tune_runner.trainables.catalog import backend
 
 PACKAGE = Path(tune_runner.__file__).parent
 
@@ -45,7 +48,8 @@ def test_an_exported_bundle_carries_no_plugin_path_bookkeeping_or_resources_unde
     config = {**_trial_config(spec), reserved.CANDIDATE_KEY: 1}
     best = Best(trial_id="t_1", config=config, value=1.0, metric=spec.metric, mode="max", scope="last",
                 last_result={}, trial_path="/x")
-    path = export.bundle(spec, best, experiment="e").write(tmp_path / "best.yaml")
+    data = export.bundle(spec, best, record=backend(spec.trainable), experiment="e")
+    path = data.write(tmp_path / "best.yaml")
     written = yaml.safe_load(path.read_text())
     assert "/home/someone" not in path.read_text()  # a machine's absolute paths do not travel with the bundle
     for section in ("config", "resolved"):
@@ -74,6 +78,55 @@ def test_each_readers_subset_is_built_from_the_one_list():
     assert oracle.hyperparameters(config) == {"x": 0.3}  # the oracle's distance and luck ignore a search's plug-ins
 
 
+# Python names of ours that share a reserved key's name but are not trial-config keys: the API's keywords,
+# argparse dests and RunOptions fields (--cpus-per-trial fills cpus_per_trial; the flag is not the key), the
+# learner's config field seed_aggregate, and the class attribute an agent declares `seeds_per_trial = True`
+# with. Each is counted: a new literal beside them is caught too.
+NAMESAKES = {
+    ("api/checks.py", "cpus_per_trial"): 1, ("api/checks.py", "gpus_per_trial"): 1,
+    ("api/searching.py", "cpus_per_trial"): 1, ("api/searching.py", "gpus_per_trial"): 1,
+    ("api/searching.py", "seeds_per_trial"): 1, ("api/searching.py", "seed_aggregate"): 1,
+    ("cli/commands.py", "cpus_per_trial"): 2, ("cli/commands.py", "gpus_per_trial"): 2,
+    ("cli/commands.py", "seeds_per_trial"): 2, ("cli/commands.py", "seed_aggregate"): 2,
+    ("cli/options.py", "cpus_per_trial"): 1, ("cli/options.py", "gpus_per_trial"): 1,
+    ("spec/saved.py", "cpus_per_trial"): 1, ("spec/saved.py", "gpus_per_trial"): 1,
+    ("trainables/agents.py", "seed_aggregate"): 1, ("trainables/agents.py", "seeds_per_trial"): 1,
+    ("trainables/backends.py", "seed_aggregate"): 1, ("trainables/backends.py", "seeds_per_trial"): 1,
+}
+# "env" and "env_config" are Ray Tune's and RLlib's own names for these keys, and the spec's and the bundle's
+# fields: written out everywhere, as everyone who reads a Tune config expects them.
+SHARED = ("env", "env_config")
+
+
+def reserved_literals(package: Path) -> Counter:
+    """(module, value) of each string constant in the package, f-strings' parts included, that spells a
+    reserved key (or the env_config./tune_rl_ prefixes) outside spec/reserved.py."""
+    values = {key for key in reserved.RESERVED if key not in SHARED} | {reserved.PREFIX, reserved.BOOKKEEPING_PREFIX}
+    found: Counter = Counter()
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package).as_posix()
+        if module == "spec/reserved.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in values:
+                found[module, node.value] += 1
+    return found
+
+
+def test_each_reserved_key_is_spelled_out_only_in_reserved_py():
+    """A reserved key written as a literal elsewhere bypasses spec/reserved.py: renaming or dropping the key
+    there would leave that reader behind. Every module takes the constant."""
+    assert dict(reserved_literals(PACKAGE)) == NAMESAKES
+
+
+def test_the_literal_check_catches_a_key_written_out(tmp_path):
+    module = tmp_path / "pkg" / "trainables" / "own.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('runners = config.get("num_env_runners", 0)\nkey = f"env_config.{name}"\nenv = config["env"]\n')
+    assert reserved_literals(tmp_path / "pkg") == {("trainables/own.py", "num_env_runners"): 1,
+                                                   ("trainables/own.py", "env_config."): 1}
+
+
 # ---- best.yaml -------------------------------------------------------------------------------------------
 
 
@@ -81,7 +134,7 @@ def _bundle() -> Bundle:
     spec = load_spec("ppo_small")
     best = Best(trial_id="t_1", config=_trial_config(spec), value=480.0, metric=spec.metric, mode="max",
                 scope="last", last_result={"episode_return_mean": 480.0, "env_steps": 100}, trial_path="/x")
-    return export.bundle(spec, best, experiment="e")
+    return export.bundle(spec, best, record=backend(spec.trainable), experiment="e")
 
 
 def test_a_bundle_writes_the_yaml_it_always_wrote_and_reads_back_equal(tmp_path):

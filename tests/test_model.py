@@ -17,6 +17,7 @@ from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env, trained_c
 from tune_runner import tune_rl_policy
 from tune_runner.results import pyfunc_model as model
 from tune_runner.tracking import log_model as tracking_model
+from tune_runner.trainables.catalog import backend
 
 
 def observations(n: int = 64) -> np.ndarray:
@@ -56,8 +57,8 @@ def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, t
     exp = experiment_id(mlflow, "models", uri)
     run = mlflow.create_run(exp, run_name="parent").info.run_id
     best = SimpleNamespace(trial_path=str(tmp_path / "trial"), config=config, trial_id="trial_00000")
-    logged = tracking_model.log_policy(uri=uri, experiment_id=exp, run_id=run, trainable=name, best=best,
-                              register_as=f"cartpole-{name}")
+    logged = tracking_model.log_policy(uri=uri, experiment_id=exp, run_id=run, record=backend(name), best=best,
+                                       register_as=f"cartpole-{name}")
     assert logged.uri == f"models:/cartpole-{name}/1" and logged.version == "1"
     assert "checkpoint_000012 of trial_00000" in logged.note
 
@@ -84,9 +85,9 @@ def test_logged_policy_loads_with_mlflow_alone_and_acts_like_the_learner(name, t
 def test_no_model_for_the_oracle_rllib_or_a_trial_without_checkpoints(tmp_path):
     best = SimpleNamespace(trial_path=str(tmp_path), config={}, trial_id="t")
     common = {"uri": "sqlite:///unused.db", "experiment_id": "0", "run_id": "r", "best": best}
-    assert tracking_model.log_policy(trainable="oracle", **common).note == "not logged (the oracle has no policy)"
-    assert "not rllib/PPO" in tracking_model.log_policy(trainable="rllib/PPO", **common).note
-    assert tracking_model.log_policy(trainable="ppo", **common).note.startswith("not logged (no checkpoint in")
+    assert tracking_model.log_policy(record=backend("oracle"), **common).note == "not logged (the oracle has no policy)"
+    assert "not rllib/PPO" in tracking_model.log_policy(record=backend("rllib/PPO"), **common).note
+    assert tracking_model.log_policy(record=backend("ppo"), **common).note.startswith("not logged (no checkpoint in")
 
 
 def test_the_oracles_policy_is_refused_without_importing_torch():
@@ -97,8 +98,10 @@ def test_the_oracles_policy_is_refused_without_importing_torch():
 import json, sys
 from types import SimpleNamespace
 from tune_runner.tracking import log_model as model
+from tune_runner.trainables.catalog import backend
 best = SimpleNamespace(trial_path=".", config={}, trial_id="t")
-note = model.log_policy(uri="sqlite:///unused.db", experiment_id="0", run_id="r", trainable="oracle", best=best).note
+note = model.log_policy(uri="sqlite:///unused.db", experiment_id="0", run_id="r", record=backend("oracle"),
+                        best=best).note
 print(json.dumps([note, "torch" in sys.modules]))
 """
     import json

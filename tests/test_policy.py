@@ -75,12 +75,14 @@ def test_trial_folder_and_bundle_take_the_newest_checkpoint(trained, tmp_path):
     from tune_runner.results import export
     from tune_runner.results.analysis import Best
     from tune_runner.spec.experiment import load_spec
+    from tune_runner.trainables.catalog import backend
 
     assert load_policy(trained.trial).checkpoint == trained.checkpoint
     spec = load_spec("ppo_small" if trained.name == "ppo" else "dqn_small")
     best = Best(trial_id="t1", config=CONFIGS[trained.name], value=1.0, metric=spec.metric, mode="max",
                 scope="last", last_result={}, trial_path=str(trained.trial))
-    bundle = export.bundle(spec, best, experiment="exp").write(tmp_path / "best.yaml")
+    bundle = export.bundle(spec, best, record=backend(spec.trainable), experiment="exp").write(
+        tmp_path / "best.yaml")
     policy = load_policy(bundle)
     assert policy.checkpoint == trained.checkpoint.resolve()
     np.testing.assert_array_equal(policy.compute_actions(observations()),
@@ -91,11 +93,12 @@ def test_bundles_without_a_usable_checkpoint(tmp_path):
     from tune_runner.results import export
     from tune_runner.results.analysis import Best
     from tune_runner.spec.experiment import load_spec
+    from tune_runner.trainables.catalog import backend
 
     spec = load_spec("ppo_small")
     best = Best(trial_id="t1", config=CONFIGS["ppo"], value=1.0, metric=spec.metric, mode="max", scope="last",
                 last_result={}, trial_path=str(tmp_path / "gone"))
-    data = export.bundle(spec, best, experiment="exp")
+    data = export.bundle(spec, best, record=backend(spec.trainable), experiment="exp")
     path = data.write(tmp_path / "old.yaml")
     with pytest.raises(UserError, match=r"old\.yaml: checkpoint: missing .*export again .* or pass a checkpoint"):
         load_policy(path)

@@ -281,12 +281,14 @@ def test_the_best_trial_of_a_search_with_stop_at_is_the_one_that_solved_soonest(
 def _bundle(tmp_path, verdict, *, stop_at: float | None = 475.0) -> dict:
     from tune_runner.results import export
     from tune_runner.results.analysis import Best
+    from tune_runner.trainables.catalog import backend
 
     spec = load_spec("ppo_small").with_overrides(stop_at=stop_at)
     best = Best(trial_id="sure", config={"env": spec.env, **spec.fixed, "lr": 0.004}, value=478.0,
                 metric=spec.metric, mode="max", scope=scope(verdict), last_result={"episode_return_mean": 478.0},
                 trial_path="/x")
-    path = export.bundle(spec, best, experiment="e", verdict=verdict).write(tmp_path / "best.yaml")
+    data = export.bundle(spec, best, record=backend(spec.trainable), experiment="e", verdict=verdict)
+    path = data.write(tmp_path / "best.yaml")
     return yaml.safe_load(path.read_text())
 
 
@@ -409,6 +411,7 @@ def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monke
     import io
 
     from tune_runner.cluster import session as cluster
+    from tune_runner.trainables.catalog import backend
     from tune_runner.tuning.reevaluate import reevaluate_best
 
     def no_ray(**_: object) -> None:
@@ -418,12 +421,12 @@ def test_the_robust_best_is_refused_or_skipped_before_ray_starts(tmp_path, monke
     spec = load_spec("ppo_small")
     # tune-rl best --reevaluate 3 on a search whose trials reported nothing finite
     with pytest.raises(UserError, match=r"^--reevaluate 3: no finished trial of exp reported episode_return_mean$"):
-        reevaluate_best(spec, _Analysis([SEARCH[-1]]), tmp_path / "exp", top=3, seeds=None, name="r",
-                        out=io.StringIO())
+        reevaluate_best(spec, _Analysis([SEARCH[-1]]), tmp_path / "exp", record=backend("ppo"), top=3, seeds=None,
+                        name="r", out=io.StringIO())
     # a search's automatic stage: 3 trials cannot pay for 2 configs x 2 seeds
     out = io.StringIO()
-    assert reevaluate_best(spec.with_overrides(num_samples=3), _Analysis(SEARCH), tmp_path / "exp", top=None,
-                           seeds=None, name="r", out=out) is None
+    assert reevaluate_best(spec.with_overrides(num_samples=3), _Analysis(SEARCH), tmp_path / "exp",
+                           record=backend("ppo"), top=None, seeds=None, name="r", out=out) is None
     assert out.getvalue() == ("re-evaluation skipped: 3 trial(s) is too few for 2 configs x 3 seeds (tune-rl best "
                               "EXP --reevaluate K --seeds N runs it anyway)\n")
 

@@ -33,6 +33,7 @@ from tests.mlflow_helpers import (
 )
 from tune_runner.errors import UserError
 from tune_runner.tracking.uri import check_uri
+from tune_runner.trainables.catalog import backend
 
 MARKER = "tune-rl-credential-5c1d"
 
@@ -144,7 +145,7 @@ def test_credentials_never_reach_runs_models_or_artifacts(server, tmp_path, monk
     learner.close()
     best = SimpleNamespace(trial_path=str(tmp_path / "trial"), config=config, trial_id="trial_00000")
     logged = model.log_policy(uri=server.url, experiment_id=written["experiment_id"], run_id=parent,
-                              trainable="ppo", best=best, register_as="credentials-check")
+                              record=backend("ppo"), best=best, register_as="credentials-check")
     assert logged.version == "1"
 
     parents, children = runs_of(client, "oracle")

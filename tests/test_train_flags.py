@@ -18,7 +18,7 @@ SEED_FLAGS = ["train", "--env_name", "CartPole-v1", "--agent_name", "ppo", "--mo
 def spec_of(argv: list[str]):
     args = build_parser(argv).parse_args(argv)
     out = io.StringIO()
-    return args, train.spec_from_flags(args, out), out.getvalue()
+    return args, train.spec_from_flags(args, out)[0], out.getvalue()
 
 
 def test_seed_000s_command_line_maps_onto_our_settings():

@@ -97,10 +97,12 @@ def _reevaluate_best(spec: Any, loaded: Any, path: Path, *, top: int, seeds: int
     from datetime import datetime
 
     from tune_runner.results import robust
+    from tune_runner.trainables.catalog import backend
     from tune_runner.tuning.reevaluate import reevaluate_best
 
-    verdict = reevaluate_best(spec, loaded, path, top=top, seeds=seeds, num_cpus=num_cpus,
-                              name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=out)
+    # A finished search read back names its trainable: resolved here, once, for the re-evaluation.
+    verdict = reevaluate_best(spec, loaded, path, record=backend(spec.trainable), top=top, seeds=seeds,
+                              num_cpus=num_cpus, name=f"reevaluation-{datetime.now():%Y%m%d-%H%M%S}", out=out)
     for line in robust.describe(verdict, metric=spec.metric):
         print(f"robust     {line}", file=out)
     return verdict

@@ -41,10 +41,12 @@ class BestResult:
     def export(self, path: str | Path) -> Path:
         """Write the best-config bundle to `path` (what `tune-rl best --export` writes); the path written."""
         from tune_runner.results import export
+        from tune_runner.trainables.catalog import backend
 
         origin = None if self._origin is None else dict(self._origin)
-        bundle = export.bundle(self._spec, self._best, experiment=self.experiment, verdict=self.verdict,
-                               origin=origin)
+        # A search read back (its folder or MLflow) names its trainable: resolved here, once, for the bundle.
+        bundle = export.bundle(self._spec, self._best, record=backend(self._spec.trainable),
+                               experiment=self.experiment, verdict=self.verdict, origin=origin)
         return bundle.write(Path(path))
 
 

@@ -141,6 +141,8 @@ def _experiments(parsed_args: argparse.Namespace) -> list[Path]:
 def set_keys(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """`--set`: KEY= of the chosen space (its fixed and searched values, env_config.*, the top-level
     settings), or after KEY= the values we know for it (trainable, searcher, scheduler, mode)."""
+    from tune_runner.spec import reserved
+
     key, eq, _ = prefix.partition("=")
     if eq:
         values = VALUES.get(key)
@@ -150,9 +152,9 @@ def set_keys(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str
     for section in ("fixed", "space"):
         keys += list(raw.get(section) or {}) if isinstance(raw.get(section), dict) else []
     env_config = raw.get("env_config")
-    keys += [f"env_config.{k}" for k in env_config] if isinstance(env_config, dict) else []
+    keys += [reserved.PREFIX + k for k in env_config] if isinstance(env_config, dict) else []
     keys += ["budget", "trainable", "env", "metric", "mode", "stop_at", "searcher", "scheduler", "num_samples",
-             "max_concurrent", "seeds_per_trial", "seed_aggregate", "reevaluate"]
+             "max_concurrent", *reserved.SEED_KEYS, "reevaluate"]
     return [f"{k}=" for k in dict.fromkeys(keys)]
 
 

@@ -19,15 +19,19 @@ import dataclasses
 import inspect
 import textwrap
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tune_runner.errors import ExitStatus, UserError
+from tune_runner.spec import reserved
+
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
 
 DEFAULT_AGENT, DEFAULT_BUDGET = "ppo", 100_000
 SEED_AGENT = "default_agent"  # seed 000's agent name; its learning rule came from --model_name
 # Names whose options need no plug-in file (ours); any other agent or model name reads them.
 OUR_NAMES = (None, SEED_AGENT, "ppo", "dqn", "mlp")
-FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": "num_env_runners"}
+FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": reserved.RUNNERS_KEY}
 
 
 def scan(argv: Sequence[str]) -> dict[str, Any]:
@@ -179,8 +183,9 @@ def _own_field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
-    """The one-trial spec the flags describe (an exported bundle's, with the flags on top)."""
+def spec_from_flags(args: argparse.Namespace, out: TextIO) -> tuple[Any, Backend | None]:
+    """The one-trial spec the flags describe (an exported bundle's, with the flags on top), and the record of
+    its trainable where --agent_name was resolved to name the flag in an error (None: prepare resolves it)."""
     from tune_runner.results import export
     from tune_runner.spec.experiment import build_spec, parse_override
 
@@ -197,28 +202,28 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> Any:
         changes = {k: v for k, v in (("env", env), ("trainable", args.agent_name and agent)) if v}
         changes.update(_run_settings(spec, top, env=env))
         return spec.with_overrides(**changes, budget_env_steps=budget or spec.budget_env_steps,
-                                   plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
+                                   plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins)), None
     if not env:
         raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
-    _check_names(agent=agent, env=env)
+    record = _check_names(agent=agent, env=env)
     raw = {"trainable": agent, "env": env, "budget": {"env_steps": budget or DEFAULT_BUDGET},
            "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins),
            **{k: v for k, v in top.items() if k != "env_config"},
            **({"env_config": top["env_config"]} if "env_config" in top else {})}
     name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
-    return build_spec(raw, name=name, source="tune-rl train")
+    return build_spec(raw, name=name, source="tune-rl train"), record
 
 
 # --set keys that are the run's settings (a space's top level, search's too), not the learner's
-TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", "seeds_per_trial", "seed_aggregate")
+TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", *reserved.SEED_KEYS)
 
 
 def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
     """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
     trial's config as learner settings): TOP_LEVEL_SETS, and env_config.X as {"env_config": {...}}."""
     top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
-    env_config = {key.removeprefix("env_config."): fixed.pop(key) for key in list(fixed)
-                  if key.startswith("env_config.")}
+    env_config = {key.removeprefix(reserved.PREFIX): fixed.pop(key) for key in list(fixed)
+                  if key.startswith(reserved.PREFIX)}
     if env_config:
         top["env_config"] = env_config
     return top
@@ -266,18 +271,20 @@ def _budget(args: argparse.Namespace, fixed: dict[str, Any]) -> int | None:
     return steps
 
 
-def _check_names(*, agent: str, env: str) -> None:
-    """--agent_name and --env_name named in their own one-line errors (before a spec exists)."""
+def _check_names(*, agent: str, env: str) -> Backend:
+    """--agent_name and --env_name named in their own one-line errors (before a spec exists); the agent's
+    record, which the run is prepared with (not resolved again)."""
     from tune_runner.trainables.catalog import backend
     from tune_runner.tuning.preflight import unknown_env
 
     try:
-        backend(agent)
+        record = backend(agent)
     except UserError as exc:
         raise UserError(f"--agent_name {agent}: {exc}") from None
     problem = unknown_env(env)
     if problem:
         raise UserError(f"--env_name {env}: {problem}")
+    return record
 
 
 def _agent_and_model(args: argparse.Namespace, out: TextIO) -> tuple[str, str | None]:
@@ -326,6 +333,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
     if args.num_workers is not None and args.num_workers < 0:
         raise UserError(f"--num_workers {args.num_workers}: must be 0 or more")
     load_plugins(args.plugins)
-    spec = spec_from_flags(args, out)
-    outcome = runner.run(spec, run_options(args, export=False, reevaluate=False), out=out, suffix="train")
+    spec, record = spec_from_flags(args, out)
+    outcome = runner.run(spec, run_options(args, export=False, reevaluate=False), out=out, suffix="train",
+                         record=record)
     return int(outcome.exit_status) if outcome.exit_status else ExitStatus.OK

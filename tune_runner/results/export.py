@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tune_runner.results.analysis import Best
 from tune_runner.results.bundle import FORMAT, Bundle
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
+
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
 
 
 def exported_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -17,14 +20,14 @@ def exported_config(config: dict[str, Any]) -> dict[str, Any]:
     return reserved.settings(config, leave_out=reserved.NOT_EXPORTED)
 
 
-def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = None,
+def bundle(spec: ExperimentSpec, best: Best, *, record: Backend, experiment: str, verdict: Any = None,
            origin: dict[str, str] | None = None) -> Bundle:
     """The exported bundle, standing on its own: what to run (trainable, env, the config and every
     value the trainable resolved from it), how it was judged (seeds, protocol, IQM and CI when
     re-evaluated), and where it came from (space file and hash, experiment, trial, its newest checkpoint
     for `tune-rl evaluate`, versions, commit). `origin` joins `source` for a search read from MLflow
-    (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint."""
-    from tune_runner.trainables.catalog import backend
+    (mlflow_run, mlflow_uri); such a best has no trial folder, so no checkpoint. `record`: the spec's
+    trainable, resolved once by the caller; it resolves the config's values."""
     from tune_runner.trainables.trial import best_member, env_config_of
 
     # A bundle is one config, which `tune-rl train --config` runs as it trained: of a population, its best seed's.
@@ -47,7 +50,7 @@ def bundle(spec: ExperimentSpec, best: Best, *, experiment: str, verdict: Any = 
         budget={"env_steps": spec.budget_env_steps},
         stop_at=spec.stop_at,
         config=_plain(config),
-        resolved=_plain(backend(spec.trainable).resolved_config({**config, "env": spec.env, "env_config": env_config})),
+        resolved=_plain(record.resolved_config({**config, "env": spec.env, "env_config": env_config})),
         seeds=_plain(seeds),
         evaluation=_plain(evaluation),
         result=_plain({**result, "score": best.value, "scope": best.scope}),

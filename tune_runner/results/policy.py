@@ -36,6 +36,7 @@ from tune_runner.algos.spaces import MASK_KEYS
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
 from tune_runner.results.pyfunc_model import uses_cnn
+from tune_runner.spec import reserved
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 
@@ -221,7 +222,7 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
         got = "missing" if "env" not in config else f"expected a gymnasium env id, got {files.short(config['env'])}"
         raise UserError(f"{params}: env: {got}; a trial config names its gymnasium env")
     for key, kind, what in (("env_config", dict, "a mapping of env settings"),
-                            ("tune_rl_plugins", list, "a list of plug-in files")):
+                            (reserved.PLUGINS_KEY, list, "a list of plug-in files")):
         if config.get(key) is not None and not isinstance(config[key], kind):
             raise UserError(f"{params}: {key}: expected {what}, got {files.short(config[key])}; it should be the "
                             f"params.json Tune wrote for this trial")

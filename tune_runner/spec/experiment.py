@@ -145,7 +145,7 @@ class ExperimentSpec:
     def as_dict(self) -> dict:
         """The spec as plain data (YAML/JSON-safe), e.g. to store beside the results; the seed settings only
         where they differ from one seed (a one-seed search's saved spec is as it always was)."""
-        seeds = {"seeds_per_trial": self.seeds_per_trial, "seed_aggregate": self.seed_aggregate} \
+        seeds = {reserved.SEEDS_KEY: self.seeds_per_trial, reserved.AGGREGATE_KEY: self.seed_aggregate} \
             if self.seeds_per_trial > 1 else {}
         return {
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
@@ -301,10 +301,10 @@ def apply_override(raw: dict, item: str) -> None:
     key, value = parse_override(item)
     if key in ("budget", "budget.env_steps"):
         raw["budget"] = {"env_steps": value}
-    elif key.startswith("env_config."):
+    elif key.startswith(reserved.PREFIX):
         raw.setdefault("env_config", {})
         if isinstance(raw["env_config"], dict):
-            raw["env_config"][key.removeprefix("env_config.")] = value
+            raw["env_config"][key.removeprefix(reserved.PREFIX)] = value
         if isinstance(raw.get("space"), dict):
             raw["space"].pop(key, None)
     elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
@@ -347,8 +347,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         scheduler=_component(raw, "scheduler", where, default="fifo"),
         num_samples=positive_int(raw, "num_samples", where, default=1),
         max_concurrent=positive_int(raw, "max_concurrent", where, default=None),
-        seeds_per_trial=positive_int(raw, "seeds_per_trial", where, default=1),
-        seed_aggregate=choice(raw, "seed_aggregate", seeds.AGGREGATES, where),
+        seeds_per_trial=positive_int(raw, reserved.SEEDS_KEY, where, default=1),
+        seed_aggregate=choice(raw, reserved.AGGREGATE_KEY, seeds.AGGREGATES, where),
         fixed=fixed,
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),

@@ -15,6 +15,9 @@ PLUGINS_KEY = "tune_rl_plugins"
 BUDGET_KEY = "tune_rl_budget"
 SEEDS_KEY, AGGREGATE_KEY = "seeds_per_trial", "seed_aggregate"
 MIN_TIME_KEY = "min_time_s_per_iteration"
+CPUS_KEY, GPUS_KEY = "cpus_per_trial", "gpus_per_trial"
+RUNNERS_KEY = "num_env_runners"
+TASK_FN_KEY = "env_task_fn"
 # Every reserved key, with why it is in a trial config.
 RESERVED: dict[str, str] = {
     "env": "the gymnasium env id: the space file's top-level env",
@@ -22,10 +25,10 @@ RESERVED: dict[str, str] = {
     CANDIDATE_KEY: "which candidate a re-evaluation trial re-trains (tuning/reevaluate.py)",
     PLUGINS_KEY: "the plug-in files of the search, as absolute paths: each trial process imports them again",
     BUDGET_KEY: "the trial's own env-step budget, below the space's, from a multi-fidelity searcher (smac_search.py)",
-    "cpus_per_trial": "the CPUs of one trial of our trainables or the oracle (--cpus-per-trial, or fixed:)",
-    "gpus_per_trial": "the GPUs of one trial of our trainables or the oracle (--gpus-per-trial, or fixed:)",
-    "num_env_runners": "rollout workers of our ppo/dqn, started by the trial (RLlib reads its own key of that name)",
-    "env_task_fn": "a curriculum's task function, FILE:FUNCTION (trainables/curriculum.py)",
+    CPUS_KEY: "the CPUs of one trial of our trainables or the oracle (--cpus-per-trial, or fixed:)",
+    GPUS_KEY: "the GPUs of one trial of our trainables or the oracle (--gpus-per-trial, or fixed:)",
+    RUNNERS_KEY: "rollout workers of our ppo/dqn, started by the trial (RLlib reads its own key of that name)",
+    TASK_FN_KEY: "a curriculum's task function, FILE:FUNCTION (trainables/curriculum.py)",
     MIN_TIME_KEY: "the least seconds of learner iterations our trials train between two reports (RLlib reads its "
                   "own key of that name)",
     SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seed_keys.py)",
@@ -39,7 +42,7 @@ TOP_LEVEL = ("env", "env_config", SEEDS_KEY, AGGREGATE_KEY)
 # Added by tune-rl itself (the re-evaluation's candidate, the search's plug-ins).
 BOOKKEEPING = tuple(k for k in RESERVED if k.startswith(BOOKKEEPING_PREFIX))
 # A trial's resources: this machine's business, not the config's.
-RESOURCE_KEYS = ("cpus_per_trial", "gpus_per_trial")
+RESOURCE_KEYS = (CPUS_KEY, GPUS_KEY)
 # How a trial judges its config, set at the top of a space file: the search's business, not the config's.
 SEED_KEYS = (SEEDS_KEY, AGGREGATE_KEY)
 # Not attributes of RLlib's AlgorithmConfig (num_env_runners is one; the task fn is installed as a callback).

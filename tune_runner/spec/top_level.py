@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner.errors import UserError, closest, unknown_name
+from tune_runner.spec import reserved
 from tune_runner.spec import seed_keys as seeds
 from tune_runner.spec.search_space import _short
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
-            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", "seeds_per_trial", "seed_aggregate",
+            "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", reserved.SEEDS_KEY,
+            reserved.AGGREGATE_KEY,
             "reevaluate", "fixed", "space", "backends", "plugins")
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -86,10 +88,11 @@ def positive_int(raw: dict, key: str, where: str, *, default: int | None) -> int
 def seeds_settings(raw: dict, where: str) -> dict[str, Any]:
     """seeds_per_trial and seed_aggregate, those of them `raw` has, checked as a space's top level checks them."""
     checked: dict[str, Any] = {}
-    if "seeds_per_trial" in raw:
-        checked["seeds_per_trial"] = positive_int(raw, "seeds_per_trial", where, default=1)
-    if "seed_aggregate" in raw:
-        checked["seed_aggregate"] = choice(raw, "seed_aggregate", seeds.AGGREGATES, where)
+    count, aggregate = reserved.SEEDS_KEY, reserved.AGGREGATE_KEY
+    if count in raw:
+        checked[count] = positive_int(raw, count, where, default=1)
+    if aggregate in raw:
+        checked[aggregate] = choice(raw, aggregate, seeds.AGGREGATES, where)
     return checked
 
 

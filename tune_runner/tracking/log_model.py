@@ -13,10 +13,13 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tune_runner.results.analysis import last_checkpoint
 from tune_runner.tracking import uri as mlflow_uri
+
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,11 @@ class Logged:
 NOT_LOGGED = Logged(None, "not logged (no best trial)")
 
 
-def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, best: Any,
+def log_policy(*, uri: str, experiment_id: str, run_id: str, record: Backend, best: Any,
                register_as: str | None = None) -> Logged:
-    """Log the best trial's policy as a model of run `run_id` (and register it as `register_as`)."""
-    refused = _not_ours(trainable, best)
+    """Log the best trial's policy as a model of run `run_id` (and register it as `register_as`); `record` is the
+    search's trainable, as preflight resolved it."""
+    refused = _not_ours(record, best)
     if refused is not None:
         return refused
     from tune_runner.results import (
@@ -46,7 +50,7 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
-        data = model.save_policy(checkpoint, learner=trainable, config=best.config, folder=Path(tmp) / "policy")
+        data = model.save_policy(checkpoint, learner=record.name, config=best.config, folder=Path(tmp) / "policy")
         # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
         logged = mlflow_uri.client(uri).create_logged_model(
             experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
@@ -58,14 +62,11 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, trainable: str, bes
     return Logged(shown, f"{shown}  (from {checkpoint.name} of {best.trial_id})", version)
 
 
-def _not_ours(trainable: str, best: Any) -> Logged | None:
+def _not_ours(record: Backend, best: Any) -> Logged | None:
     """Why the best trial's policy is not one we log (not our ppo or dqn, or not our mlp); None when it is."""
-    from tune_runner.trainables.catalog import backend
-
-    record = backend(trainable)
     if not record.exports_policy:
         why = "the oracle has no policy" if record.kind == "oracle" else \
-            f"only our ppo and dqn are exported, not {trainable}"
+            f"only our ppo and dqn are exported, not {record.name}"
         return Logged(None, f"not logged ({why})")
     if best.config.get("model", "mlp") != "mlp":
         return Logged(None, f"not logged (the model is a registered {best.config['model']!r}, the logged "

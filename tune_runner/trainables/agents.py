@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tune_runner.plugins import AGENTS
-from tune_runner.spec.reserved import AGGREGATE_KEY, SEEDS_KEY
+from tune_runner.spec.reserved import AGGREGATE_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins, trial_threads
 
@@ -134,8 +134,8 @@ def build_learner(name: str, config: dict[str, Any], *, device: str = "cpu", see
     """A learner for one trial config (rollout workers pass a seed offset)."""
     load_trial_plugins(config)
     settings = learner_settings(config)
-    if is_ours(name) and settings.get("num_env_processes") is None and not config.get("num_env_runners") \
-            and not config.get("env_task_fn"):  # a curriculum sets tasks on envs in this process
+    if is_ours(name) and settings.get("num_env_processes") is None and not config.get(RUNNERS_KEY) \
+            and not config.get(TASK_FN_KEY):  # a curriculum sets tasks on envs in this process
         settings["num_env_processes"] = max(1, trial_threads() // int(config.get(SEEDS_KEY, 1)))
     if seed_offset:
         settings["seed"] = int(settings.get("seed", 0)) + seed_offset

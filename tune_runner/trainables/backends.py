@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tune_runner.errors import UserError, closest
-from tune_runner.spec.reserved import MIN_TIME_KEY, RESOURCE_KEYS
+from tune_runner.spec.reserved import AGGREGATE_KEY, MIN_TIME_KEY, RESOURCE_KEYS, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.trainables import metrics
 from tune_runner.trainables.trial import ENV_KEYS, env_config_of
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 RLLIB_PREFIX = "rllib/"
 # Result keys every trainable reports that a scheduler may count time in (env_steps is the default).
 TIME_ATTRS = ("env_steps", "training_iteration", "time_total_s")
-TASK_FN = "env_task_fn"  # = curriculum.TASK_FN, which imports gymnasium
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ OWN_REPORTS = {  # `task` only with a curriculum (env_task_fn)
 }
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
 # Learner config fields that a trial fills in from the spec's seed settings (tune_runner.spec.seed_keys), never a space.
-BY_THE_TRIAL = {"num_seeds": "seeds_per_trial", "seed_aggregate": "seed_aggregate"}
+BY_THE_TRIAL = {"num_seeds": SEEDS_KEY, "seed_aggregate": AGGREGATE_KEY}
 USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares more with `reports = (...)`
 
 
@@ -152,8 +151,8 @@ class OwnBackend(Backend):
 
         settings = trial_config(self.name, config)
         values = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(vars(settings))
-        values["num_env_runners"] = config.get("num_env_runners", 0)
-        values.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})
+        values[RUNNERS_KEY] = config.get(RUNNERS_KEY, 0)
+        values.update({TASK_FN_KEY: config[TASK_FN_KEY]} if config.get(TASK_FN_KEY) else {})
         if not values.get("population", True):  # none: the resolved config stays as before populations existed
             del values["population"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k not in BY_THE_TRIAL}
@@ -166,7 +165,7 @@ def own_setting_names(name: str) -> list[str]:
 
     fields = [f.name for f in dataclasses.fields(agents.config_class(name)) if f.name not in BY_THE_TRIAL]
     aliases = [alias for alias, target in ALIASES.items() if target in fields]  # RLlib's `lambda` only where lambda_ is
-    return [*fields, *aliases, "num_env_runners", MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
+    return [*fields, *aliases, RUNNERS_KEY, MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN_KEY]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,7 +192,7 @@ class AgentBackend(OwnBackend):
 
         if agents.is_ours(self.name):
             return super().setting_names()
-        return [*agents.config_class(self.name).names(), MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN]
+        return [*agents.config_class(self.name).names(), MIN_TIME_KEY, *RESOURCE_KEYS, TASK_FN_KEY]
 
 
 ORACLE_CLASSES = {"oracle": "Oracle", "oracle/stateless": "stateless_oracle",
@@ -257,7 +256,7 @@ class RLlibBackend(Backend):
         for key in keys:
             top = key.split(".")[0]
             translated = default._translate_special_keys(top, warn_deprecated=False)
-            if top in ENV_KEYS or top == TASK_FN or hasattr(default, translated):
+            if top in ENV_KEYS or top == TASK_FN_KEY or hasattr(default, translated):
                 continue
             near = closest(top, valid)
             hint = f"did you mean {near!r}?" if near else "see RLlib's AlgorithmConfig for its settings"
@@ -298,7 +297,8 @@ class RLlibBackend(Backend):
             full[MODEL_CONFIG] = full.pop("_model_config")
         if full.get("enable_rl_module_and_learner"):
             full.pop("model", None)
-        full.update({TASK_FN: config[TASK_FN]} if config.get(TASK_FN) else {})  # a callback in RLlib's config
+        # a callback in RLlib's config
+        full.update({TASK_FN_KEY: config[TASK_FN_KEY]} if config.get(TASK_FN_KEY) else {})
         return {k: v for k, v in sorted(full.items()) if not k.startswith("_") and k not in ENV_KEYS and _plain(v)}
 
     def trial_resources(self, *, cpus: float | None, gpus: float | None) -> dict[str, float]:
@@ -318,12 +318,12 @@ def _plain(value: Any) -> bool:
 
 def check_curriculum(config: dict[str, Any]) -> str | None:
     """A bad `env_task_fn` reference, or an env without get_task/set_task; the problem's line."""
-    if config.get(TASK_FN) is None:
+    if config.get(TASK_FN_KEY) is None:
         return None
     from tune_runner.trainables import curriculum
 
     try:
-        curriculum.resolve_task_fn(config[TASK_FN])
+        curriculum.resolve_task_fn(config[TASK_FN_KEY])
         curriculum.check_env(config["env"], env_config_of(config))
     except UserError as exc:
         return str(exc)

@@ -32,8 +32,8 @@ from typing import Any
 import gymnasium as gym
 
 from tune_runner.errors import UserError, closest
+from tune_runner.spec.reserved import TASK_FN_KEY
 
-TASK_FN = "env_task_fn"  # the trial-config key
 TASK_METHODS = ("get_task", "set_task")
 _RESOLVED: dict[str, Callable] = {}  # ref -> function, once per process
 _CHECKED_ENVS: set[str] = set()  # env ids found task-settable in this process
@@ -43,7 +43,7 @@ def _split(ref: Any) -> tuple[str, str]:
     """('module or file', 'function') of a reference, or a UserError showing the two forms."""
     where, _, name = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
     if not where or not name.isidentifier():
-        raise UserError(f"{TASK_FN}: {ref!r}: expected 'module:function' or 'path/to/file.py:function'")
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: expected 'module:function' or 'path/to/file.py:function'")
     return where, name
 
 
@@ -70,14 +70,15 @@ def resolve_task_fn(ref: str) -> Callable[[dict, Any, Any], Any]:
         functions = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")]
         near = closest(name, functions)
         hint = f"; did you mean {near!r}?" if near else ""
-        raise UserError(f"{TASK_FN}: {ref!r}: module {where} has no {name}{hint}")
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: module {where} has no {name}{hint}")
     fn = getattr(module, name)
     if not callable(fn):
-        raise UserError(f"{TASK_FN}: {ref!r}: {name} is a {type(fn).__name__}, not a function")
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: {name} is a {type(fn).__name__}, not a function")
     try:
         inspect.signature(fn).bind(None, None, None)
     except TypeError:
-        raise UserError(f"{TASK_FN}: {ref!r}: {name} must take (train_results, task_settable_env, env_ctx)") from None
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: {name} must take (train_results, task_settable_env, "
+                        f"env_ctx)") from None
     except ValueError:
         pass  # no signature to read (a builtin): let the call decide
     _RESOLVED[ref] = fn
@@ -89,22 +90,22 @@ def _import(ref: str, module: str) -> Any:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
-            raise UserError(f"{TASK_FN}: {ref!r}: no module named {exc.name!r} (is it on PYTHONPATH?)") from None
-        raise UserError(f"{TASK_FN}: {ref!r}: importing {module} failed: {exc}") from None
+            raise UserError(f"{TASK_FN_KEY}: {ref!r}: no module named {exc.name!r} (is it on PYTHONPATH?)") from None
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: importing {module} failed: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed at import: name the error, one line
-        raise UserError(f"{TASK_FN}: {ref!r}: importing {module} failed: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: importing {module} failed: {type(exc).__name__}: {exc}") from None
 
 
 def _load_file(ref: str, where: str) -> Any:
     path = Path(where).expanduser().resolve()
     if not path.exists():  # a folder or an unreadable file: read_source says why
-        raise UserError(f"{TASK_FN}: {ref!r}: no file {path}")
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: no file {path}")
     name = f"tune_rl_task_fn_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]
     from tune_runner import files
 
-    source = files.read_source(path, shown=f"{TASK_FN}: {ref!r}: {path}",
+    source = files.read_source(path, shown=f"{TASK_FN_KEY}: {ref!r}: {path}",
                                expected="a Python file with the task function")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -113,7 +114,7 @@ def _load_file(ref: str, where: str) -> Any:
         files.run_source(module, path, source)
     except Exception as exc:  # noqa: BLE001 - the user's file failed at import: name the error, one line
         del sys.modules[name]
-        raise UserError(f"{TASK_FN}: {ref!r}: running {path} failed: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"{TASK_FN_KEY}: {ref!r}: running {path} failed: {type(exc).__name__}: {exc}") from None
     return module
 
 
@@ -135,7 +136,7 @@ def check_task_settable(vector_env: gym.vector.VectorEnv, *, env_id: str) -> Non
 
 
 def _not_settable(env_id: str, method: str) -> str:
-    return (f"env {env_id} is not task-settable: it has no {method}() (a curriculum ({TASK_FN}) needs "
+    return (f"env {env_id} is not task-settable: it has no {method}() (a curriculum ({TASK_FN_KEY}) needs "
             f"get_task() and set_task(task), as RLlib's TaskSettableEnv)")
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
-from tune_runner.spec.reserved import AGGREGATE_KEY, MIN_TIME_KEY, SEEDS_KEY
+from tune_runner.spec.reserved import AGGREGATE_KEY, MIN_TIME_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
@@ -33,7 +33,7 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
         agents.trial_config(name, config)
     except (ValueError, TypeError) as exc:
         return str(exc).strip().splitlines()[0]
-    runners = config.get("num_env_runners", 0)
+    runners = config.get(RUNNERS_KEY, 0)
     if isinstance(runners, bool) or not isinstance(runners, int) or runners < 0:
         return f"num_env_runners must be a whole number >= 0, got {runners!r}"
     least = config.get(MIN_TIME_KEY)
@@ -55,16 +55,16 @@ class OwnTrainable(tune.Trainable):
         torch.set_num_threads(trial_threads())
         self.learner = build_learner(self.learner_name, config, device=trial_device())
         self.task_fn = None
-        if config.get("env_task_fn"):
+        if config.get(TASK_FN_KEY):
             from tune_runner.trainables import curriculum
 
-            self.task_fn = curriculum.resolve_task_fn(config["env_task_fn"])
+            self.task_fn = curriculum.resolve_task_fn(config[TASK_FN_KEY])
             curriculum.check_seeds_settable(self.learner, env_id=config["env"])
         self.runners = None
-        if config.get("num_env_runners", 0) > 0:
+        if config.get(RUNNERS_KEY, 0) > 0:
             from tune_runner.trainables.rollouts import RolloutGroup
 
-            self.runners = RolloutGroup(self.learner_name, config, num_runners=config["num_env_runners"])
+            self.runners = RolloutGroup(self.learner_name, config, num_runners=config[RUNNERS_KEY])
 
     def step(self) -> dict[str, float]:
         from tune_runner.trainables.audit import audit_result, check_finite, computed, node_id
@@ -109,7 +109,7 @@ class OwnTrainable(tune.Trainable):
 
         iteration = self.iteration + 1  # Tune counts it after step()
         if self.runners is not None:
-            tasks = self.runners.advance_curriculum(self.config["env_task_fn"], result, training_iteration=iteration)
+            tasks = self.runners.advance_curriculum(self.config[TASK_FN_KEY], result, training_iteration=iteration)
         else:
             tasks = curriculum.advance_seeds(self.task_fn, learner=self.learner, result=result,
                                              env_ctx=env_config_of(self.config), training_iteration=iteration)
@@ -162,7 +162,7 @@ class OwnTrainable(tune.Trainable):
         from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 
-        runners = int(config.get("num_env_runners", 0) or 0)
+        runners = int(config.get(RUNNERS_KEY, 0) or 0)
         return PlacementGroupFactory([trainer_bundle(config)] + [{"CPU": 1}] * runners)
 
 

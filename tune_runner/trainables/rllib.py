@@ -13,8 +13,8 @@ from typing import Any
 from ray import tune
 
 from tune_runner.errors import closest
+from tune_runner.spec.reserved import TASK_FN_KEY
 from tune_runner.trainables import metrics
-from tune_runner.trainables.curriculum import TASK_FN
 from tune_runner.trainables.trial import ENV_KEYS, PREFIX, env_config_of, load_trial_plugins, nest
 
 EPISODE_WINDOW_FILE = "tune_rl_episode_window.json"  # beside RLlib's state in an rllib/* checkpoint
@@ -157,13 +157,13 @@ def rllib_config(algo: str, config: dict[str, Any]) -> Any:
     env_config = env_config_of(config)
     algo_config.environment(config["env"], env_config=env_config)
     settings = nest({k: v for k, v in config.items()
-                     if k not in ENV_KEYS and k != TASK_FN and not k.startswith(PREFIX)})
+                     if k not in ENV_KEYS and k != TASK_FN_KEY and not k.startswith(PREFIX)})
     model_config = settings.pop(MODEL_CONFIG, None)  # a read-only property: update_from_dict cannot set it
     algo_config.update_from_dict(settings)
     if model_config is not None:
         algo_config.rl_module(model_config=dict(model_config))
     rllib_episodes.install(algo_config)
-    if config.get(TASK_FN):
-        rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN]))
+    if config.get(TASK_FN_KEY):
+        rllib_episodes.add_callbacks(algo_config, on_train_result=curriculum.rllib_callback(config[TASK_FN_KEY]))
     masking.install(algo_config, algo=algo, observation_space=masking.env_observation_space(config["env"], env_config))
     return algo_config

@@ -102,8 +102,8 @@ def load_trial_plugins(config: dict[str, Any]) -> None:
 
 def trainer_bundle(config: dict) -> dict[str, float]:
     """The trial's own resource bundle from `cpus_per_trial` / `gpus_per_trial` (1 CPU, no GPU by default)."""
-    bundle = {"CPU": float(config.get("cpus_per_trial", 1) or 0)}
-    gpus = float(config.get("gpus_per_trial", 0) or 0)
+    bundle = {"CPU": float(config.get(reserved.CPUS_KEY, 1) or 0)}
+    gpus = float(config.get(reserved.GPUS_KEY, 0) or 0)
     if gpus:
         bundle["GPU"] = gpus
     return bundle

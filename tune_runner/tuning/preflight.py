@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tune_runner.errors import UserError, unknown_name
+from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.search_space import Param, _thaw, prune
 
@@ -92,8 +93,11 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
-def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
-    """Check every name, setting and combination in the spec and build the Tune objects; start nothing."""
+def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backend | None = None) -> Prepared:
+    """Check every name, setting and combination in the spec and build the Tune objects; start nothing.
+
+    `record`: the spec's trainable, where the caller resolved it already (`tune-rl train`, to name its flag);
+    else it is resolved here, once, and what runs downstream asks `Prepared.backend`."""
     from tune_runner import searchers
     from tune_runner.trainables import env_check
     from tune_runner.trainables.catalog import backend
@@ -101,7 +105,9 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None) -> Prepared:
 
     spec = with_plugins(spec)
     where = spec.source
-    trainable = _resolve(spec, backend)
+    if record is not None and record.name != spec.trainable:
+        raise ValueError(f"prepare: record {record.name!r} is not the spec's trainable {spec.trainable!r}")
+    trainable = record or _resolve(spec, backend)
     _check_settings(spec, trainable)
     check_seeds(spec, trainable)
     spec = _absolute_task_fn(spec)
@@ -193,19 +199,20 @@ def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
                         f"(ppo, dqn and agents that declare seeds_per_trial = True train several); "
                         f"set seeds_per_trial: 1")
-    if "env_task_fn" in spec.fixed:
+    if reserved.TASK_FN_KEY in spec.fixed:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: a curriculum (env_task_fn) follows one "
                         f"seed's returns; set seeds_per_trial: 1")
 
 
 def _absolute_task_fn(spec: ExperimentSpec) -> ExperimentSpec:
     """A fixed `env_task_fn` file path made absolute: trials run in their own directories."""
-    from tune_runner.trainables.curriculum import TASK_FN, absolute_ref
+    from tune_runner.trainables.curriculum import absolute_ref
 
-    if TASK_FN not in spec.fixed:
+    key = reserved.TASK_FN_KEY
+    if key not in spec.fixed:
         return spec
     try:
-        return replace(spec, fixed={**spec.fixed, TASK_FN: absolute_ref(spec.fixed[TASK_FN])})
+        return replace(spec, fixed={**spec.fixed, key: absolute_ref(spec.fixed[key])})
     except UserError:
         return spec  # check_config names what is wrong with it
 
@@ -243,10 +250,9 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
 
 def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
     """The backend's own validation on one sample of the space, then on each parameter's extremes."""
-    from tune_runner.spec.reserved import SEEDS_KEY
 
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config,
-            **({SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
+            **({reserved.SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
     candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
                            for p in spec.space for value in p.extremes()]
     for config in candidates:
@@ -321,17 +327,17 @@ def check_storage(storage: Path | str) -> None:
                         f"choose a folder you can write to")
 
 
-def check_register(spec: ExperimentSpec, name: str | None) -> None:
+def check_register(prepared: Prepared, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables.catalog import OURS, backend
+    from tune_runner.trainables.catalog import OURS
 
     if name is None:
         return
     if not name.strip() or "/" in name or ":" in name:
         raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
-    if not backend(spec.trainable).exports_policy:
-        raise UserError(f"--register-model {name}: the policy of trainable {spec.trainable} is not exported as "
-                        f"a model (only {', '.join(OURS)}); drop --register-model")
+    if not prepared.backend.exports_policy:
+        raise UserError(f"--register-model {name}: the policy of trainable {prepared.spec.trainable} is not "
+                        f"exported as a model (only {', '.join(OURS)}); drop --register-model")
 
 
 

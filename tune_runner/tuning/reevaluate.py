@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tune_runner.errors import UserError
 from tune_runner.results import robust
@@ -21,12 +21,15 @@ from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tuning.warm import WarmTrials
 
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
+
 CANDIDATE_KEY = reserved.CANDIDATE_KEY  # the re-evaluation run's candidate index; trainables ignore it
 SEED_BASE = 1000  # re-evaluation seeds are SEED_BASE + i: never the seeds a search uses by default
 
 
-def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int | None, seeds: int | None,
-                    name: str, out: TextIO, num_cpus: int | None = None, verbose: bool = False,
+def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, record: Backend, top: int | None,
+                    seeds: int | None, name: str, out: TextIO, num_cpus: int | None = None, verbose: bool = False,
                     warm: WarmTrials | None = None) -> Verdict | None:
     """The robust best of a finished search: its top configs trained again on fresh seeds, ranked, and the
     verdict saved in its folder (the report reads it). Used by a search's automatic stage (top and seeds
@@ -34,7 +37,8 @@ def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int
 
     Without `top` or `seeds`, the stage costs at most the search's own trial budgets (robust.plan); None,
     said on `out`, when that leaves too few configs or seeds. With `top`, a search with no finished trial
-    is refused before Ray starts. `warm`: the search's kept trial actors, which its trials start on.
+    is refused before Ray starts. `record`: the spec's trainable, resolved once by whoever read the spec.
+    `warm`: the search's kept trial actors, which its trials start on.
     """
     from tune_runner.cluster.session import ensure_ray, quiet_logs
     from tune_runner.results.report import save_verdict
@@ -51,13 +55,13 @@ def reevaluate_best(spec: ExperimentSpec, loaded: Any, folder: Path, *, top: int
               file=out, flush=True)
         return None
     ensure_ray(num_cpus=num_cpus, verbose=verbose)
-    verdict = reevaluate(spec, picks, seeds=shape[1], storage=folder, name=name, out=out, warm=warm)
+    verdict = reevaluate(spec, picks, record=record, seeds=shape[1], storage=folder, name=name, out=out, warm=warm)
     save_verdict(verdict, folder, metric=spec.metric)
     return verdict
 
 
-def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, storage: Path, name: str,
-               out: TextIO, first_seed: int = SEED_BASE, warm: WarmTrials | None = None) -> Verdict:
+def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, record: Backend, seeds: int, storage: Path,
+               name: str, out: TextIO, first_seed: int = SEED_BASE, warm: WarmTrials | None = None) -> Verdict:
     """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank.
 
     A trainable that trains several seeds as one learner (seeds_per_trial) runs each candidate as one trial of
@@ -65,10 +69,8 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, 
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    from tune_runner.trainables.catalog import backend
     from tune_runner.tuning.progress_csv import ProgressCSV
 
-    record = backend(spec.trainable)
     space = _space(spec, picks, seeds=seeds, first_seed=first_seed, batched=record.seeds)
     print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
           f"{spec.budget_env_steps:,} env steps{', seeds batched: one trial per config' if record.seeds else ''})",

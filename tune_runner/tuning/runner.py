@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tune_runner import paths, storage
 from tune_runner.cluster.session import (  # noqa: F401 - cli and tests call them here
@@ -41,6 +41,9 @@ from tune_runner.tuning.preflight import (  # noqa: F401 - prepare and Prepared 
 )
 from tune_runner.tuning.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
 from tune_runner.tuning.warm import WarmTrials
+
+if TYPE_CHECKING:
+    from tune_runner.trainables.backends import Backend
 
 MAX_FAILURES = 2  # retries of a failing trial, each from its newest checkpoint
 CHECKPOINT_EVERY = 5  # training iterations between a trial's checkpoints (and at its end)
@@ -117,11 +120,13 @@ def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = 
     return f"{spec.name}{'-' + suffix if suffix else ''}-{stamp}"
 
 
-def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None, suffix: str = "") -> Outcome:
-    """Validate, launch, track, select the best trial and export it."""
+def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None, suffix: str = "",
+        record: Backend | None = None) -> Outcome:
+    """Validate, launch, track, select the best trial and export it. `record`: the spec's trainable, where the
+    caller has resolved it already (preflight.prepare); the one record is what every later stage asks."""
     out = out or sys.stdout
     quiet_logs(verbose=options.verbose)
-    prepared, name, exp_path, options = _checked(spec, options, suffix=suffix)
+    prepared, name, exp_path, options = _checked(spec, options, suffix=suffix, record=record)
     spec = prepared.spec
     started = time.monotonic()
     console.header(spec, name, out)
@@ -144,11 +149,11 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
                   f"  {resume.command(name, options)}", file=out, flush=True)
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
-        outcome = _finish(spec, exp_path, options, started, audit=audit.summary() if audit else None, out=out,
-                          warm=warm)
+        outcome = _finish(spec, exp_path, options, started, record=prepared.backend,
+                          audit=audit.summary() if audit else None, out=out, warm=warm)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         parent_run.log_outcome(mlflow, parent, spec=spec, outcome=outcome)
-        policy = _log_model(spec, outcome, options, experiment_id=exp_id, parent=parent)
+        policy = _log_model(prepared.backend, outcome, options, experiment_id=exp_id, parent=parent)
         resume.mark_finished(exp_path, status=status.lower(), counts=dict(outcome.counts))
         if storage.is_uri(options.storage):  # best.yaml, the report and our marks join Tune's files there
             storage.upload(exp_path, storage.join(options.storage, name))
@@ -163,12 +168,13 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     return replace(outcome, mlflow_run=parent)
 
 
-def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str) -> tuple[Prepared, str, Path, RunOptions]:
+def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str,
+             record: Backend | None = None) -> tuple[Prepared, str, Path, RunOptions]:
     """Every check that needs no Ray, before anything is printed or written: the prepared search, its name, its
     folder on this machine, and the options (a new search gets its id here)."""
     prepared = prepare(with_trial_resources(spec, cpus=options.cpus_per_trial, gpus=options.gpus_per_trial),
-                       storage=options.storage)
-    check_register(prepared.spec, options.register_model)
+                       storage=options.storage, record=record)
+    check_register(prepared, options.register_model)
     mlflow_uri.check_uri(options.mlflow_uri)
     check_storage(options.storage)
     if options.address:
@@ -323,7 +329,7 @@ def _warm_trials(spec: ExperimentSpec, options: RunOptions, *, batched: bool) ->
     return WarmTrials(keep=shape[0] if batched else shape[0] * shape[1])
 
 
-def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *,
+def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: float, *, record: Backend,
             audit: str | None = None, out: TextIO | None = None, warm: WarmTrials | None = None) -> Outcome:
     loaded = analysis.load(exp_path)
     counts = analysis.statuses(loaded, ending=spec.ending)
@@ -337,15 +343,15 @@ def _finish(spec: ExperimentSpec, exp_path: Path, options: RunOptions, started: 
     if best is not None and asked is not None:
         from tune_runner.tuning.reevaluate import reevaluate_best
 
-        verdict = reevaluate_best(spec, loaded, exp_path, top=asked[0], seeds=asked[1], name="reevaluation",
-                                  out=out or sys.stdout, verbose=options.verbose, warm=warm)
+        verdict = reevaluate_best(spec, loaded, exp_path, record=record, top=asked[0], seeds=asked[1],
+                                  name="reevaluation", out=out or sys.stdout, verbose=options.verbose, warm=warm)
         if verdict is not None and verdict.decided:
             from tune_runner.results.robust import winner_best
 
             best = winner_best(loaded, verdict, metric=spec.metric, mode=spec.mode)
     export_path = None
     if best is not None and options.export:
-        export_path = export.bundle(spec, best, experiment=exp_path.name, verdict=verdict).write(
+        export_path = export.bundle(spec, best, record=record, experiment=exp_path.name, verdict=verdict).write(
             exp_path / paths.BUNDLE_FILE)
     from tune_runner.results import summary as report
 
@@ -361,7 +367,7 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
                     ending=spec.ending, out=out)
 
 
-def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, experiment_id: str,
+def _log_model(record: Backend, outcome: Outcome, options: RunOptions, *, experiment_id: str,
                parent: str) -> Any:
     """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.log_model)."""
     from tune_runner.tracking import log_model as model
@@ -369,4 +375,4 @@ def _log_model(spec: ExperimentSpec, outcome: Outcome, options: RunOptions, *, e
     if outcome.best is None:
         return model.NOT_LOGGED
     return model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
-                            trainable=spec.trainable, best=outcome.best, register_as=options.register_model)
+                            record=record, best=outcome.best, register_as=options.register_model)

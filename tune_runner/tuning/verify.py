@@ -124,9 +124,12 @@ def run(bundle: Check, *, seeds: int, storage: Path, out: TextIO) -> ExitStatus:
     """Re-train the bundle's config on `seeds` seeds it has not seen (on the Ray already up) and judge it."""
     from datetime import datetime
 
-    verdict = reevaluate.reevaluate(bundle.spec, [bundle.pick], seeds=seeds, storage=storage,
-                                name=f"verify-{bundle.spec.name}-{datetime.now():%Y%m%d-%H%M%S}", out=out,
-                                first_seed=bundle.first_seed)
+    from tune_runner.trainables.catalog import backend
+
+    # A bundle names its trainable; this is where `tune-rl verify` resolves it, once.
+    verdict = reevaluate.reevaluate(bundle.spec, [bundle.pick], record=backend(bundle.spec.trainable), seeds=seeds,
+                                    storage=storage, name=f"verify-{bundle.spec.name}-{datetime.now():%Y%m%d-%H%M%S}",
+                                    out=out, first_seed=bundle.first_seed)
     holds, line = judge(bundle.said, verdict.winner)
     print(f"verify     {line}", file=out)
     return ExitStatus.OK if holds else ExitStatus.ERROR
