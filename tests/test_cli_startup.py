@@ -140,8 +140,8 @@ def test_best_on_a_finished_experiment_imports_no_ray_torch_or_pandas(tmp_path):
     (exp / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps({"trial_data": trials}))
     import yaml
 
-    from tune_runner.spec.experiment import load_spec
     from tune_runner.paths import SPEC_FILE
+    from tune_runner.spec.experiment import load_spec
 
     (exp / SPEC_FILE).write_text(yaml.safe_dump(load_spec("oracle").as_dict(), sort_keys=False))  # as search saves it
     env = {"TUNE_RL_HOME": str(tmp_path)}
