@@ -92,10 +92,11 @@ def searcher_names(**_: Any) -> list[str]:
 
 
 def trainable_names(**_: Any) -> list[str]:
-    """ppo, dqn, the oracles and rllib/<Algo> for RLlib's algorithms (read from Ray's source, not imported)."""
-    from tune_runner.trainables.catalog import ORACLES, OURS, RLLIB_PREFIX  # light: names, no Ray
+    """The catalog's names: ours, the registered agents, the oracles and rllib/<Algo> for RLlib's algorithms
+    (read from Ray's source, not imported)."""
+    from tune_runner.trainables import catalog  # light: names, no Ray
 
-    return [*OURS, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
+    return catalog.trainable_names(rllib=rllib_algorithms)
 
 
 def rllib_algorithms() -> list[str]:

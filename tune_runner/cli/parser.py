@@ -143,12 +143,12 @@ def search_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) ->
                         help="retries of a failing trial, from its newest checkpoint (default 2)")
     parser.add_argument("--num-samples", type=int, help="number of trials")
     parser.add_argument("--searcher", "--search-alg", dest="searcher",
-                        help="search algorithm: random, grid, optuna, hyperopt, bohb")
+                        help=f"search algorithm: {', '.join(searcher_names())} (default: the space's, else random)")
     parser.add_argument("--scheduler", help="scheduler preset or type (tune-rl schedulers list)")
     parser.add_argument("--max-concurrent", type=int, help="trials running at once (default: as CPUs allow)")
     parser.add_argument("--seeds-per-trial", type=int, metavar="K",
-                        help="train K seeds of each config in one trial, judged by their aggregate (our ppo and "
-                             "dqn, and agents that declare it; default 1)")
+                        help="train K seeds of each config in one trial, judged by their aggregate (our own "
+                             "learners, and agents that declare it; default 1)")
     parser.add_argument("--seed-aggregate", metavar="HOW",
                         help="how a trial's seeds are summed up: iqm (default), mean, median, min")
     parser.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")
@@ -157,8 +157,16 @@ def search_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) ->
     parser.add_argument("--reevaluate", type=int, metavar="K", help="re-train the top K configs (default 2)")
     parser.add_argument("--seeds", type=int, metavar="N", help="... on N fresh seeds each (default 3)")
     parser.add_argument("--register-model", metavar="NAME",
-                        help="register the best trial's policy in the MLflow model registry as NAME (ppo, dqn)")
+                        help="register the best trial's policy in the MLflow model registry as NAME (our own "
+                             "learners' policies)")
     _run_flags(parser, storage=storage)
+
+
+def searcher_names() -> list[str]:
+    """The registered searchers' names: read from the registry's table, no searcher module imported."""
+    from tune_runner.searchers import SEARCHERS
+
+    return SEARCHERS.names()
 
 
 def _jobs_address(parser: argparse.ArgumentParser) -> None:

@@ -58,9 +58,8 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     train.add_argument("--config", metavar="BUNDLE", help="start from a file written by tune-rl best --export")
     seed = train.add_argument_group("seed 000's flags")
     seed.add_argument("--env_name", "--env-name", dest="env_name", help="a gymnasium id or a registered env")
-    seed.add_argument("--agent_name", "--agent-name", dest="agent_name",
-                      help=f"the learning rule: ppo, dqn, rllib/PPO, ... or a registered agent "
-                           f"(default {DEFAULT_AGENT})")
+    agent_name = seed.add_argument("--agent_name", "--agent-name", dest="agent_name",
+                                   help=f"the learning rule (default {DEFAULT_AGENT})")
     seed.add_argument("--model_name", "--model-name", dest="model_name",
                       help="the network: mlp (default) or a registered model")
     seed.add_argument("--num_envs_per_worker", "--num-envs-per-worker", dest="num_envs_per_worker", type=int,
@@ -75,7 +74,15 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
     words = [w for w in argv if not w.startswith("-")]
     if words[:1] == ["train"]:  # another command never reads these options: no agent is looked at
         _add_options(train, scan(argv))
+        agent_name.help = agent_help()  # after _add_options: a plug-in file it loaded registered its agents
     return train
+
+
+def agent_help() -> str:
+    """`--agent_name`'s help: the agents registered (ours and the users'), and RLlib's algorithms."""
+    from tune_runner.plugins import AGENTS
+
+    return f"the learning rule: {', '.join(AGENTS.names())}, rllib/PPO, ... (default {DEFAULT_AGENT})"
 
 
 def seed_names(agent_name: str | None, model_name: str | None) -> tuple[str, str | None, bool]:
@@ -98,7 +105,7 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
         from tune_runner.plugins import MODELS, load_plugins
         from tune_runner.trainables import agents
 
-        if chosen.get("agent") not in OUR_NAMES or chosen.get("model") not in OUR_NAMES:
+        if chosen["plugins"] or chosen.get("agent") not in OUR_NAMES or chosen.get("model") not in OUR_NAMES:
             load_plugins(chosen["plugins"], shipped=False)  # a user's agent or model: its file declares them
         agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
         if not agents.is_agent(agent):

@@ -17,12 +17,12 @@ for the space and budget), `points_to_evaluate` and `warm_start`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ray import tune
 from ray.tune.search.nevergrad import NevergradSearch
 
 from tune_runner.errors import UserError, closest
+from tune_runner.searchers.record import Conditional, Request, SearcherType
 from tune_runner.spec.search_space import Param, prune
 from tune_runner.trainables.metrics import finite
 
@@ -76,16 +76,16 @@ class SeededNevergrad(NevergradSearch):
         self._live_trial_mapping.pop(trial_id, None)
 
 
-def nevergrad_searcher(settings: dict, params: Sequence[Param], points: list[dict], *, num_samples: int,
-                       metric: str, mode: str, where: str, **_: Any) -> SeededNevergrad:
-    """searchers.build_searcher's `nevergrad`: refused in one line where nevergrad is missing or the optimizer
-    is not one of its names."""
+def nevergrad_searcher(request: Request) -> SeededNevergrad:
+    """The `nevergrad` record's builder: refused in one line where nevergrad is missing or the optimizer is not one
+    of its names."""
+    where = request.where
     missing = installed()
     if missing:
         raise UserError(f"{where}: searcher: nevergrad: {missing}")
     import nevergrad as ng
 
-    name = settings.get("optimizer", DEFAULT_OPTIMIZER)
+    name = request.settings.get("optimizer", DEFAULT_OPTIMIZER)
     if not isinstance(name, str) or name not in ng.optimizers.registry:
         near = closest(str(name), sorted(ng.optimizers.registry))
         hint = f"did you mean {near!r}? " if near else ""
@@ -93,11 +93,16 @@ def nevergrad_searcher(settings: dict, params: Sequence[Param], points: list[dic
                         f"{len(ng.optimizers.registry)} names in nevergrad.optimizers.registry, e.g. NGOpt, "
                         f"TwoPointsDE, CMA, PSO, OnePlusOne)")
     try:
-        return SeededNevergrad(params, optimizer=ng.optimizers.registry[name], budget=num_samples,
-                               seed=settings.get("seed"), metric=metric, mode=mode,
-                               points_to_evaluate=points or None)
+        return SeededNevergrad(request.params, optimizer=ng.optimizers.registry[name], budget=request.num_samples,
+                               seed=request.seed, metric=request.metric, mode=request.mode,
+                               points_to_evaluate=request.points or None)
     except ValueError as exc:
         if "parallelization" not in str(exc):
             raise
         raise UserError(f"{where}: searcher.optimizer: {name} runs one trial at a time (in a thread of its own), "
                         f"and Tune runs several at once; use NGOpt (the default), TwoPointsDE, CMA or PSO") from None
+
+
+# It holds the space; a condition's inactive parameters are sampled, then dropped (SeededNevergrad.suggest).
+NEVERGRAD = SearcherType(name="nevergrad", build=nevergrad_searcher, model_based=True, settings=("optimizer",),
+                         owns_space=True, conditional=Conditional(build=nevergrad_searcher))

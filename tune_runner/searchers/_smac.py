@@ -36,6 +36,7 @@ from ray.tune.search import Searcher
 
 from tune_runner.errors import UserError
 from tune_runner.searchers.config_space import config_space, from_config_space
+from tune_runner.searchers.record import Conditional, Request, SearcherType
 from tune_runner.spec.reserved import BUDGET_KEY
 from tune_runner.spec.search_space import Param
 from tune_runner.trainables.metrics import finite
@@ -152,18 +153,22 @@ class SMACSearch(Searcher):
             self.__setstate__(pickle.load(f))
 
 
-def smac_searcher(settings: dict, params: Sequence[Param], points: list[dict], *, budget: int | None,
-                  num_samples: int, metric: str, mode: str, where: str) -> SMACSearch:
-    """searchers.build_searcher's `smac`: refused in one line where SMAC3 is missing or given start points."""
-    options = {k: settings[k] for k in SETTINGS if k in settings}
+def smac_searcher(request: Request) -> SMACSearch:
+    """The `smac` record's builder: refused in one line where SMAC3 is missing or given start points."""
+    where, options = request.where, {k: request.settings[k] for k in SETTINGS if k in request.settings}
     check_settings(**options)
     missing = installed()
     if missing:
         raise UserError(f"{where}: searcher: smac: {missing}")
-    if points:
+    if request.points:
         raise UserError(f"{where}: searcher: smac cannot start from given points (points_to_evaluate, warm_start); "
                         f"drop them, or use searcher optuna")
-    if budget is None:
+    if request.budget is None:
         raise UserError(f"{where}: searcher: smac needs the space's budget in env steps (budget: {{env_steps: N}})")
-    return SMACSearch(params, budget=budget, num_samples=num_samples, metric=metric, mode=mode,
-                      seed=settings.get("seed"), **options)
+    return SMACSearch(request.params, budget=request.budget, num_samples=request.num_samples, metric=request.metric,
+                      mode=request.mode, seed=request.seed, **options)
+
+
+# Its ConfigSpace holds the space, conditions included; SMAC's Hyperband picks the budgets, so Tune's scheduler is fifo.
+SMAC = SearcherType(name="smac", build=smac_searcher, model_based=True, settings=SETTINGS, scheduler="fifo",
+                    owns_space=True, conditional=Conditional(build=smac_searcher))

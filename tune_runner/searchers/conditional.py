@@ -1,4 +1,5 @@
-"""Conditional spaces (`when:` in the space grammar, tune_runner.spec.search_space) in each searcher.
+"""Conditional spaces (`when:` in the space grammar, tune_runner.spec.search_space): the spaces and searcher
+classes that the records' `conditional` builders (searchers/_basic.py, _optuna.py, ...) make.
 
 A parameter whose condition fails is not sampled where the searcher can say so, and never reaches a
 trial's config (so neither the trainable nor MLflow sees it):
@@ -8,8 +9,9 @@ trial's config (so neither the trainable nor MLflow sees it):
 - bohb: a ConfigSpace with an EqualsCondition / InCondition per parent (an AndConjunction for several).
 - random and grid: Ray Tune's variant generator samples every parameter; the inactive ones are then
   dropped from each trial's config.
+- smac and nevergrad hold the space themselves (searchers/_smac.py, _nevergrad.py).
 
-Ray Tune is imported here, at the top: the searchers module imports this one only when a space has
+Ray Tune is imported here, at the top: a record's builder imports this one only when a space has
 conditions, after Ray's checks.
 """
 
@@ -23,32 +25,8 @@ from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.hyperopt import HyperOptSearch
 
 from tune_runner.errors import UserError
-from tune_runner.searchers.config_space import config_space, from_config_space
+from tune_runner.searchers.config_space import from_config_space
 from tune_runner.spec.search_space import LIST_DISTS, Param, _freeze, _thaw, prune
-
-
-def searcher(name: str, seed: int | None, options: dict, params: Sequence[Param], points: list[dict], *,
-             metric: str, mode: str, where: str, sampler: Any = None) -> Any:
-    """The searcher `name` over a conditional space, for searchers.build_searcher, which checked its settings:
-    `options` are the searcher's own ones, `sampler` Optuna's."""
-    if name in ("random", "grid"):
-        return PruningVariantGenerator(params, random_state=seed, points_to_evaluate=points or None)
-    if name == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
-
-        return OptunaSearch(space=DefineByRun(params), metric=metric, mode=mode, sampler=sampler,
-                            points_to_evaluate=points or None)
-    if name == "hyperopt":
-        if points:
-            raise UserError(f"{where}: searcher: hyperopt cannot start a conditional space from given points "
-                            f"(points_to_evaluate, warm_start); drop them, or use searcher optuna")
-        return NestedHyperOptSearch(params, space=hyperopt_space(params, where=where), metric=metric, mode=mode,
-                                    random_state_seed=seed, **options)
-    if name == "bohb":
-        return IndexedBOHB(params, space=config_space(params, seed=seed), metric=metric, mode=mode, seed=seed,
-                           points_to_evaluate=points, **options)
-    raise UserError(f"{where}: searcher: {name} cannot search a conditional space (when:); use random, grid, "
-                    f"optuna, hyperopt or bohb")
 
 
 class PruningVariantGenerator(BasicVariantGenerator):

@@ -98,12 +98,13 @@ def backend_before_ray(name: str) -> Backend | None:
     return None
 
 
-def trainable_names() -> list[str]:
-    """Every trainable name a space file may use."""
+def trainable_names(*, rllib: Callable[[], list[str]] = rllib_algorithms) -> list[str]:
+    """Every trainable name a space file may use: ours, the registered agents, the oracles, then RLlib's
+    algorithms as `rllib` lists them (RLlib's registry by default, which imports Ray)."""
     from tune_runner.plugins import AGENTS
 
     users = [name for name in AGENTS if name not in BACKENDS]
-    return [*OURS, *users, *ORACLES, *(RLLIB_PREFIX + name for name in rllib_algorithms())]
+    return [*OURS, *users, *ORACLES, *(RLLIB_PREFIX + name for name in rllib())]
 
 
 def hints() -> list[Backend]:

@@ -39,13 +39,11 @@ class Prepared:
 
     @property
     def owns_space(self) -> bool:
-        """The searcher holds the searched parameters itself (smac and nevergrad always, a conditional space in
-        optuna, hyperopt or bohb): Tune's param_space then carries the fixed values only."""
+        """The searcher holds the searched parameters itself (its record says when: smac and nevergrad always,
+        optuna, hyperopt and bohb a conditional space): Tune's param_space then carries the fixed values only."""
         from tune_runner.searchers import SEARCHERS
 
-        if SEARCHERS.get(self.spec.searcher.name).owns_space:
-            return True
-        return self.spec.conditional and self.spec.searcher.name not in ("random", "grid")
+        return SEARCHERS.get(self.spec.searcher.name).holds_space(conditional=self.spec.conditional)
 
 
 def unknown_env(name: str) -> str | None:
@@ -120,7 +118,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
     searcher_type = searchers.searcher_type(spec.searcher, where=where)
     check_combination(spec, trainable, kind, scheduler_type, searcher_type)
-    if spec.searcher.name == "grid":
+    if searcher_type.grid_axes:
         spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
     scheduler = schedulers.build_scheduler(
         spec.scheduler, budget=spec.budget_env_steps, where=where, space=spec.space,
@@ -196,8 +194,11 @@ def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
     if count == 1:
         return
     if not trainable.seeds:
+        from tune_runner.trainables.catalog import BACKENDS, OURS
+
+        seeded = ", ".join(name for name in OURS if BACKENDS.get(name).seeds)
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
-                        f"(ppo, dqn and agents that declare seeds_per_trial = True train several); "
+                        f"({seeded} and agents that declare seeds_per_trial = True train several); "
                         f"set seeds_per_trial: 1")
     if reserved.TASK_FN_KEY in spec.fixed:
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: a curriculum (env_task_fn) follows one "
@@ -329,7 +330,7 @@ def check_storage(storage: Path | str) -> None:
 
 def check_register(prepared: Prepared, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables.catalog import OURS
+    from tune_runner.trainables.catalog import BACKENDS, OURS
 
     if name is None:
         return
@@ -337,7 +338,8 @@ def check_register(prepared: Prepared, name: str | None) -> None:
         raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
     if not prepared.backend.exports_policy:
         raise UserError(f"--register-model {name}: the policy of trainable {prepared.spec.trainable} is not "
-                        f"exported as a model (only {', '.join(OURS)}); drop --register-model")
+                        f"exported as a model (only {', '.join(n for n in OURS if BACKENDS.get(n).exports_policy)}); "
+                        f"drop --register-model")
 
 
 
