@@ -245,3 +245,27 @@ def test_no_module_is_over_450_lines():
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"split these along their seams (at most {MAX_LINES} lines a module): {long}"
+
+
+def readme_tree(text: str) -> set[str]:
+    """The modules the README's tree lists: `name.py` at the top, `package/` then its modules' names."""
+    block = text.split("```text\ntune_runner/\n", 1)[1].split("```", 1)[0]
+    listed, package = set(), None
+    for token in block.split():
+        if token.endswith("/"):
+            package = token.rstrip("/")
+            listed.add(f"tune_runner.{package}")
+        elif package is None:
+            stem = token.removesuffix(".py")
+            listed.add("tune_runner" if stem == "__init__" else f"tune_runner.{stem}")
+        else:
+            listed.add(f"tune_runner.{package}.{token}")
+    return listed
+
+
+def test_the_readme_tree_lists_every_module_and_no_other():
+    assert readme_tree("```text\ntune_runner/\n  __init__.py errors.py\n  spec/   saved\n```") == {
+        "tune_runner", "tune_runner.errors", "tune_runner.spec", "tune_runner.spec.saved"}
+    listed = readme_tree((ROOT.parent / "README.md").read_text(encoding="utf-8"))
+    assert listed == set(MODULES), (f"README.md's tree: add {sorted(set(MODULES) - listed)}, "
+                                    f"drop {sorted(listed - set(MODULES))}")
