@@ -92,12 +92,12 @@ def nevergrad_searcher(settings: dict, params: Sequence[Param], points: list[dic
         raise UserError(f"{where}: searcher.optimizer: unknown nevergrad optimizer {name!r}; {hint}(one of the "
                         f"{len(ng.optimizers.registry)} names in nevergrad.optimizers.registry, e.g. NGOpt, "
                         f"TwoPointsDE, CMA, PSO, OnePlusOne)")
-    try:
-        return SeededNevergrad(params, optimizer=ng.optimizers.registry[name], budget=num_samples,
-                               seed=settings.get("seed"), metric=metric, mode=mode,
-                               points_to_evaluate=points or None)
-    except ValueError as exc:
-        if "parallelization" not in str(exc):
-            raise
+    optimizer = ng.optimizers.registry[name]
+    # Asked before building it: Nevergrad refuses several workers from inside the constructor, after the object
+    # exists, and the half-built optimizer (Cobyla's) raises in its __del__ whenever the garbage collector gets
+    # to it, later and anywhere in the process (inside a test's ast.parse on Python 3.11: a SystemError)
+    if getattr(optimizer, "no_parallelization", False):
         raise UserError(f"{where}: searcher.optimizer: {name} runs one trial at a time (in a thread of its own), "
-                        f"and Tune runs several at once; use NGOpt (the default), TwoPointsDE, CMA or PSO") from None
+                        f"and Tune runs several at once; use NGOpt (the default), TwoPointsDE, CMA or PSO")
+    return SeededNevergrad(params, optimizer=optimizer, budget=num_samples, seed=settings.get("seed"), metric=metric,
+                           mode=mode, points_to_evaluate=points or None)
