@@ -3,6 +3,9 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 SPACE       ?= ppo_small
+# The unit tests' order (pytest-random-order): a new one each `make test`, shown in the command line make prints;
+# `make test SEED=<that number>` runs the same order again
+SEED        ?= $(shell date +%s)
 # PyTorch: the CPU build by default. On a GPU machine pick a CUDA build, e.g.
 #   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH       ?= torch==2.13.0
@@ -77,9 +80,13 @@ system-deps:
 # prints the slowest tests, where the suite's time goes. PYTHONDONTWRITEBYTECODE is emptied (Python reads that as
 # unset) so that a module setup did not warm is compiled once (into .venv, and __pycache__ beside our own
 # modules), not again in every process that imports it.
+# The unit tests run in a shuffled order (a new SEED each run): a test that passes only after, or before, another one
+# (state left in the process: a registry, an env var, torch's threads) fails here rather than hiding; -q hides
+# pytest-random-order's header, so the seed to reproduce a failure is the one in the command line make echoes.
 test: export PYTHONDONTWRITEBYTECODE =
 test: setup system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not e2e" -n auto --durations=15 \
+		--random-order-bucket=global --random-order-seed=$(SEED)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e -n 2 --dist loadgroup --no-loadscope-reorder --durations=40
 
 lint: setup

@@ -107,7 +107,9 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture
 def uninstalled(monkeypatch: pytest.MonkeyPatch):
-    """`uninstalled("pkg")`: from then on, importing pkg or any of its modules fails as if it were not installed."""
+    """`uninstalled("pkg")`: from then on, importing pkg or any of its modules fails as if it were not installed.
+    A module first imported meanwhile keeps what it saw (Ray's `try: import nevergrad ... except: ng = None`) for
+    the rest of the process: import such modules before hiding, or drop them as test_env_check does."""
     import builtins
 
     real_import = builtins.__import__

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import tune_runner
 
@@ -98,19 +99,20 @@ def imports(name: str) -> Iterator[tuple[str, int]]:
 
 
 @functools.cache  # parsing every module takes about 0.5 s, and the tests ask for the graph 9 times
-def graph() -> dict[str, dict[str, int]]:
+def graph() -> Mapping[str, Mapping[str, int]]:
     """module -> {imported module: first line}. A package __init__ that re-exports its own submodules lazily,
-    by string (`_moved.forward`), holds no import statement of them: no edge, as it should be. Read, never
-    changed, by the tests that share it."""
+    by string (`_moved.forward`), holds no import statement of them: no edge, as it should be. Read-only, as
+    the tests share it: a test that adds an edge does so to its own copy (an edge added to the cached graph
+    was a cycle for every test after it)."""
     edges: dict[str, dict[str, int]] = {name: {} for name in MODULES}
     for name in MODULES:
         for target, line in imports(name):
             if target != name:
                 edges[name].setdefault(target, line)
-    return edges
+    return MappingProxyType({name: MappingProxyType(targets) for name, targets in edges.items()})
 
 
-def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+def cycles(edges: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -230,7 +232,7 @@ def test_our_learners_know_no_ray_nor_mlflow():
 
 
 def test_the_checks_catch_a_back_import_and_a_cycle():
-    edges = graph()
+    edges = {name: dict(targets) for name, targets in graph().items()}  # a copy: the cached graph is shared
     edges["tune_runner.spec.experiment"]["tune_runner.cli.main"] = 1  # spec -> cli: above, and a cycle
     assert any("tune_runner.spec.experiment" in c for c in cycles(edges))
     assert layer("tune_runner.cli.main") > layer("tune_runner.spec.experiment")

@@ -107,6 +107,10 @@ def test_another_optimizer_by_its_name(forbid_ray):
 
 
 def test_without_nevergrad_installed_the_line_says_how_to_get_it(uninstalled, forbid_ray):
+    # Imported while nevergrad is there: Ray's module sets `ng = None` once, at import, when nevergrad is missing,
+    # and would keep it for every later test of the process (shuffled, one of them ran first here)
+    import tune_runner.searchers._nevergrad  # noqa: F401 - it imports ray.tune.search.nevergrad
+
     uninstalled("nevergrad")
     with pytest.raises(UserError, match=r"^s\.yaml: searcher: nevergrad: nevergrad is not installed here; pip"):
         nevergrad()

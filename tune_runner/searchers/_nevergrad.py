@@ -92,15 +92,15 @@ def nevergrad_searcher(request: Request) -> SeededNevergrad:
         raise UserError(f"{where}: searcher.optimizer: unknown nevergrad optimizer {name!r}; {hint}(one of the "
                         f"{len(ng.optimizers.registry)} names in nevergrad.optimizers.registry, e.g. NGOpt, "
                         f"TwoPointsDE, CMA, PSO, OnePlusOne)")
-    try:
-        return SeededNevergrad(request.params, optimizer=ng.optimizers.registry[name], budget=request.num_samples,
-                               seed=request.seed, metric=request.metric, mode=request.mode,
-                               points_to_evaluate=request.points or None)
-    except ValueError as exc:
-        if "parallelization" not in str(exc):
-            raise
+    optimizer = ng.optimizers.registry[name]
+    # Asked before building it: Nevergrad refuses several workers from inside the constructor, after the object
+    # exists, and the half-built optimizer (Cobyla's) raises in its __del__ whenever the garbage collector gets
+    # to it, later and anywhere in the process (inside a test's ast.parse on Python 3.11: a SystemError)
+    if getattr(optimizer, "no_parallelization", False):
         raise UserError(f"{where}: searcher.optimizer: {name} runs one trial at a time (in a thread of its own), "
-                        f"and Tune runs several at once; use NGOpt (the default), TwoPointsDE, CMA or PSO") from None
+                        f"and Tune runs several at once; use NGOpt (the default), TwoPointsDE, CMA or PSO")
+    return SeededNevergrad(request.params, optimizer=optimizer, budget=request.num_samples, seed=request.seed,
+                           metric=request.metric, mode=request.mode, points_to_evaluate=request.points or None)
 
 
 # It holds the space; a condition's inactive parameters are sampled, then dropped (SeededNevergrad.suggest).
