@@ -79,7 +79,7 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
     if seed_aggregate:
         changes["seed_aggregate"] = seed_aggregate
     if searcher:
-        from tune_runner.searchers import COMMON
+        from tune_runner.searchers.record import COMMON
 
         kept = {k: v for k, v in spec.searcher.settings.items() if k in COMMON}  # seed, warm start, points
         changes["searcher"] = Component(searcher, kept)

@@ -24,19 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from tune_runner.errors import UserError, closest
 from tune_runner.registry import Registry
-from tune_runner.searchers.record import COMMON, Request
 
 if TYPE_CHECKING:
     from tune_runner.searchers.record import SearcherType
     from tune_runner.spec.experiment import Component
     from tune_runner.spec.search_space import Param
 
-__all__ = ["COMMON", "NOT_AVAILABLE", "SEARCHERS", "Request", "build_searcher", "check_settings", "grid_space",
-           "searcher_type"]
+__all__ = ["NOT_AVAILABLE", "SEARCHERS", "build_searcher", "check_settings", "grid_space", "searcher_type"]
 
 # One record per algorithm, each in its private module, imported when its name is looked up (as Ray Tune's
 # tune/search/__init__.py does): the names alone, for the command line's help and completion, import nothing.
-# A new searcher is one module with its record, and one line here (or SEARCHERS.register from anywhere).
+# A new searcher is one module with its record, and one line here (or SEARCHERS.register from anywhere). The
+# records' module (dataclasses, 4 ms) is imported with the first record too, not by `tune-rl --help`.
 SEARCHERS: Registry[SearcherType] = Registry("searcher")
 SEARCHERS.register("random", "tune_runner.searchers._basic:RANDOM")
 SEARCHERS.register("grid", "tune_runner.searchers._basic:GRID")
@@ -89,6 +88,7 @@ def build_searcher(component: Component, *, params: tuple[Param, ...], where: st
     and `num_samples` are the space's, for a searcher that plans with them (smac picks each trial's budget,
     nevergrad plans with the number of trials)."""
     from tune_runner.searchers.points import check_points, warm_start_points
+    from tune_runner.searchers.record import Request
 
     kind = searcher_type(component, where=where)
     check_settings(kind, component.settings, where=where)
