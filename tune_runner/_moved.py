@@ -15,9 +15,15 @@ Five old modules share their name with the subpackage they went into (`spec`, `t
 package is another module object, though). Our own code imports the new paths (tests/test_architecture.py).
 
 The old subpackage `search` is gone, and `tr.search` is the API's function. A pickle naming
-`tune_runner.search.stopper.BudgetStopper` still loads: the finder answers `tune_runner.search` with an empty
-package whose modules are the aliases. The import system then sets that package as tune_runner's attribute
-`search`, so in a process that imported an old `tune_runner.search.*` path, call `tune_runner.api.search`.
+`tune_runner.search.stopper.BudgetStopper` still loads, and so does `from tune_runner.search.runner import run`:
+the finder answers `tune_runner.search` with an empty package whose modules are the aliases. The import system
+sets that package as tune_runner's attribute `search` when it loads it; loading one of its modules takes the
+attribute away again, so that `tr.search` stays the function in a process that read an old path (a shuffled
+test run found `tr.search(...)` failing after another test had unpickled one). The one form that cannot work
+is `import tune_runner.search.stopper as s`: it reaches the module through that attribute; use `from`.
+0.1.0's modules `resume` and `report` share their names with `tr.resume` and `tr.report`, and the import system
+sets such a module as tune_runner's attribute after it is loaded, where nothing of ours runs: a process that
+imported one of those two old paths calls tune_runner.api.resume and .report.
 """
 
 from __future__ import annotations
@@ -110,7 +116,15 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.import_module(ALIASES[spec.name])  # its __name__ and __spec__ stay the new ones
 
     def exec_module(self, module: ModuleType) -> None:
-        """Already executed under its new name; a gone package has nothing to run."""
+        """Already executed under its new name; a gone package has nothing to run. A module of a gone package
+        takes that package off tune_runner's attributes, where the import system has just put it."""
+        if module.__spec__ is not None and module.__spec__.name in GONE_PACKAGES:
+            return
+        package = sys.modules.get("tune_runner")
+        for gone in GONE_PACKAGES:
+            name = gone.removeprefix("tune_runner.")
+            if package is not None and isinstance(vars(package).get(name), ModuleType):
+                delattr(package, name)
 
 
 def forward(package: str) -> Callable[[str], Any]:
