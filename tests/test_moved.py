@@ -26,6 +26,7 @@ def test_each_old_path_is_the_module_at_its_new_path(old):
         assert getattr(package, public) is getattr(new, public)
     else:
         assert importlib.import_module(f"tune_runner.{old}") is new
+        assert new.__spec__.name == new.__name__  # the module's own spec, not the old name's
 
 
 def test_an_old_path_named_as_an_api_function_imports_in_a_process_of_its_own():

@@ -105,6 +105,9 @@ ALIASES = {f"tune_runner.{old}": f"tune_runner.{new}" for old, new in MOVED.item
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module path and loads it as the module at its new path."""
 
+    def __init__(self) -> None:
+        self.own_specs: dict[str, Any] = {}  # old name -> the spec of the module loaded for it, until its exec
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name in GONE_PACKAGES:
             return importlib.util.spec_from_loader(name, self, is_package=True)
@@ -113,17 +116,22 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> ModuleType | None:
         if spec.name in GONE_PACKAGES:
             return None  # an empty package, made by the import system
-        return importlib.import_module(ALIASES[spec.name])  # its __name__ and __spec__ stay the new ones
+        module = importlib.import_module(ALIASES[spec.name])
+        self.own_specs[spec.name] = module.__spec__  # exec_module puts it back
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Already executed under its new name; a gone package has nothing to run. A module of a gone package
-        takes that package off tune_runner's attributes, where the import system has just put it."""
-        if module.__spec__ is not None and module.__spec__.name in GONE_PACKAGES:
+        """Already executed under its new name; a gone package has nothing to run. The import system has just
+        set the module's __spec__ to the old name's (it does so whatever the module held): the module's own is
+        put back, so that it still names its file and its new path. And any gone package the import system set
+        as tune_runner's attribute on the way (`tune_runner.search`) is taken off it."""
+        if module.__spec__.name in GONE_PACKAGES:
             return
-        package = sys.modules.get("tune_runner")
+        module.__spec__ = self.own_specs.pop(module.__spec__.name)
+        package = sys.modules["tune_runner"]
         for gone in GONE_PACKAGES:
             name = gone.removeprefix("tune_runner.")
-            if package is not None and isinstance(vars(package).get(name), ModuleType):
+            if isinstance(vars(package).get(name), ModuleType):
                 delattr(package, name)
 
 
