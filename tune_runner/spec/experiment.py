@@ -19,8 +19,7 @@ import yaml
 from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
-from tune_runner.spec import reserved
-from tune_runner.spec import seed_keys as seeds
+from tune_runner.spec import reserved, seed_keys
 from tune_runner.spec.search_space import Param, _short, parse_space
 from tune_runner.spec.top_level import (
     TOP_KEYS,
@@ -72,7 +71,7 @@ class ExperimentSpec:
     """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
-    seed_aggregate: str = seeds.DEFAULT_AGGREGATE
+    seed_aggregate: str = seed_keys.DEFAULT_AGGREGATE
     stop_at_note: str = ""
     """Where stop_at came from when `--set env=` moved the search off the space's env (retarget_stop_at); not saved."""
 
@@ -348,7 +347,7 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         num_samples=positive_int(raw, "num_samples", where, default=1),
         max_concurrent=positive_int(raw, "max_concurrent", where, default=None),
         seeds_per_trial=positive_int(raw, reserved.SEEDS_KEY, where, default=1),
-        seed_aggregate=choice(raw, reserved.AGGREGATE_KEY, seeds.AGGREGATES, where),
+        seed_aggregate=choice(raw, reserved.AGGREGATE_KEY, seed_keys.AGGREGATES, where),
         fixed=fixed,
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),

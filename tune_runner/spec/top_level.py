@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner.errors import UserError, closest, unknown_name
-from tune_runner.spec import reserved
-from tune_runner.spec import seed_keys as seeds
+from tune_runner.spec import reserved, seed_keys
 from tune_runner.spec.search_space import _short
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
@@ -92,7 +91,7 @@ def seeds_settings(raw: dict, where: str) -> dict[str, Any]:
     if count in raw:
         checked[count] = positive_int(raw, count, where, default=1)
     if aggregate in raw:
-        checked[aggregate] = choice(raw, aggregate, seeds.AGGREGATES, where)
+        checked[aggregate] = choice(raw, aggregate, seed_keys.AGGREGATES, where)
     return checked
 
 

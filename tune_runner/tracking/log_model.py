@@ -41,19 +41,19 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, record: Backend, be
     refused = _not_ours(record, best)
     if refused is not None:
         return refused
-    from tune_runner.results import (
-        pyfunc_model as model,  # torch: imported only for a policy we log (an oracle search saves ~4 s)
-    )
+    # torch: imported only for a policy we log (an oracle search saves ~4 s)
+    from tune_runner.results import pyfunc_model
 
     checkpoint = last_checkpoint(best.trial_path)
     if checkpoint is None:
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
-        data = model.save_policy(checkpoint, learner=record.name, config=best.config, folder=Path(tmp) / "policy")
+        data = pyfunc_model.save_policy(checkpoint, learner=record.name, config=best.config,
+                                        folder=Path(tmp) / "policy")
         # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
         logged = mlflow_uri.client(uri).create_logged_model(
-            experiment_id, name=model.MODEL_NAME, source_run_id=run_id, model_type="policy",
+            experiment_id, name=pyfunc_model.MODEL_NAME, source_run_id=run_id, model_type="policy",
             params=mlflow_uri.flat_params({k: v for k, v in best.config.items() if k not in ("env_config",)}),
             tags={"tune_rl.trial_id": best.trial_id, "tune_rl.checkpoint": checkpoint.name})
         info = _log_model(uri=uri, run_id=run_id, model_id=logged.model_id, data=data, register_as=register_as)
@@ -80,16 +80,16 @@ def _log_model(*, uri: str, run_id: str, model_id: str, data: Path, register_as:
     from mlflow.models import Model
 
     from tune_runner import tune_rl_policy
-    from tune_runner.results import pyfunc_model as model
+    from tune_runner.results import pyfunc_model
 
     previous, chatter = mlflow.get_tracking_uri(), io.StringIO()
     mlflow.set_tracking_uri(uri)  # Model.log and the registry resolve their client from the global URI
     try:
         with contextlib.redirect_stderr(chatter):  # "Successfully registered model": our summary says so
-            return Model.log(artifact_path=None, name=model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
+            return Model.log(artifact_path=None, name=pyfunc_model.MODEL_NAME, flavor=mlflow.pyfunc, run_id=run_id,
                              model_id=model_id, loader_module="tune_rl_policy", data_path=str(data),
-                             code_paths=[tune_rl_policy.__file__], pip_requirements=model.requirements(),
-                             signature=model.signature(tune_rl_policy.Policy(data).spec),
+                             code_paths=[tune_rl_policy.__file__], pip_requirements=pyfunc_model.requirements(),
+                             signature=pyfunc_model.signature(tune_rl_policy.Policy(data).spec),
                              registered_model_name=register_as, await_registration_for=0)
     finally:
         mlflow.set_tracking_uri(previous)

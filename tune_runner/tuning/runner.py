@@ -370,9 +370,9 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
 def _log_model(record: Backend, outcome: Outcome, options: RunOptions, *, experiment_id: str,
                parent: str) -> Any:
     """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.log_model)."""
-    from tune_runner.tracking import log_model as model
+    from tune_runner.tracking import log_model
 
     if outcome.best is None:
-        return model.NOT_LOGGED
-    return model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
-                            record=record, best=outcome.best, register_as=options.register_model)
+        return log_model.NOT_LOGGED
+    return log_model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
+                                record=record, best=outcome.best, register_as=options.register_model)
