@@ -86,6 +86,7 @@ NAMESAKES = {
     ("api/checks.py", "cpus_per_trial"): 1, ("api/checks.py", "gpus_per_trial"): 1,
     ("api/searching.py", "cpus_per_trial"): 1, ("api/searching.py", "gpus_per_trial"): 1,
     ("api/searching.py", "seeds_per_trial"): 1, ("api/searching.py", "seed_aggregate"): 1,
+    ("api/searching.py", "configs_per_trial"): 1, ("cli/commands.py", "configs_per_trial"): 2,
     ("cli/commands.py", "cpus_per_trial"): 2, ("cli/commands.py", "gpus_per_trial"): 2,
     ("cli/commands.py", "seeds_per_trial"): 2, ("cli/commands.py", "seed_aggregate"): 2,
     ("cli/options.py", "cpus_per_trial"): 1, ("cli/options.py", "gpus_per_trial"): 1,

@@ -99,7 +99,7 @@ class DQN(SeedLearnerBase):
 
     def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
-        self.config, self.env_id, self.device = config, env_id, torch.device(device)
+        self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
         self.env = env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                         num_envs=config.num_envs_per_env_runner,
@@ -119,14 +119,21 @@ class DQN(SeedLearnerBase):
             "next_obs": ((env.obs_dim,), np.float32), "terminated": ((), bool), "discount": ((), np.float32),
             **({"next_mask": ((env.num_actions,), bool)} if env.masked else {})})
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
-        gammas = [member.gamma for member in self.members] if self.members else [config.gamma]
-        gamma = np.repeat(np.asarray(gammas, np.float64), env.envs_per_seed) if len(set(gammas)) > 1 else gammas[0]
-        self.nstep = NStepAccumulator(n=config.n_step, gamma=gamma, num_envs=env.num_envs, obs_dim=env.obs_dim,
-                                      envs_per_seed=env.envs_per_seed)
+        self.nstep = NStepAccumulator(n=config.n_step, gamma=self._gammas(), num_envs=env.num_envs,
+                                      obs_dim=env.obs_dim, envs_per_seed=env.envs_per_seed)
         self.stats = SeedStats(self.num_seeds, env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._last_target_update = [0] * self.num_seeds  # each seed's env steps at its last target update
         self._update_credit = [0.0] * self.num_seeds  # fractional gradient steps owed under training_intensity
+
+    def _gammas(self) -> float | np.ndarray:
+        """The discount: a number, or (a population whose seeds differ in it) one per env."""
+        gammas = [member.gamma for member in self.members] if self.members else [self.config.gamma]
+        return np.repeat(np.asarray(gammas, np.float64), self.env.envs_per_seed) if len(set(gammas)) > 1 \
+            else gammas[0]
+
+    def refresh_population(self) -> None:
+        self.nstep.gamma = self._gammas()
 
     # ---- acting -------------------------------------------------------------------------------
 

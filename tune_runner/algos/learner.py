@@ -20,6 +20,7 @@ import numpy as np
 
 from tune_runner.algos.batched import load_seed_weights, seed_weights
 from tune_runner.algos.common import EpisodeStats, scheduled
+from tune_runner.algos.config import ALIASES
 from tune_runner.algos.optim import FlatAdam
 from tune_runner.algos.spaces import ACTION_SPACES, OBSERVATION_SPACES
 
@@ -144,6 +145,9 @@ class SeedLearnerBase(LearnerBase):
     stats: Any
     optimizer: Any
     seed_env_steps: np.ndarray
+    env_id: str
+    env_config: Mapping[str, Any] | None
+    device: Any
     members: list[Any] | None = None  # each seed's one-seed config, where the seeds' settings differ (a population)
 
     @property
@@ -221,6 +225,38 @@ class SeedLearnerBase(LearnerBase):
         if not exact:
             self.stats.drop_running(seed)
         return exact
+
+    def replace_member(self, seed: int, values: Mapping[str, float]) -> None:
+        """Start seed `seed` over as a fresh seed of a population whose values there are `values` (a population
+        trial's refill, tune_runner.trainables.members): its networks, optimizer state, envs, RNGs, counters and
+        normalizers become those a one-seed learner of that seed and those values starts with, built here; the
+        other seeds go on as they were. `values` names settings of the config's `population`."""
+        population = {key: list(values_) for key, values_ in self.config.population.items()}
+        for key, value in values.items():
+            key = ALIASES.get(key, key)
+            if key not in population:
+                raise ValueError(f"replace_member: {key!r} is not a setting of this learner's population "
+                                 f"({', '.join(population) or 'none'})")
+            population[key][seed] = value
+        self.set_population(population)
+        fresh = type(self)(self.config.member(seed), env_id=self.env_id, env_config=self.env_config,
+                           device=str(self.device))
+        try:
+            state = fresh.get_state()
+        finally:
+            fresh.close()
+        self.set_seed_state(seed, state)
+
+    def set_population(self, population: Mapping[str, Sequence[float]]) -> None:
+        """Train on with these values per seed (the config's `population`, checked as a config checks it)."""
+        import dataclasses
+
+        self.config = dataclasses.replace(self.config, population=population)
+        self.members = [self.config.member(i) for i in range(self.num_seeds)]
+        self.refresh_population()
+
+    def refresh_population(self) -> None:
+        """Re-make what the learner derived from its population's values at construction (a subclass's)."""
 
     def close(self) -> None:
         self.env.close()

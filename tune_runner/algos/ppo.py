@@ -94,7 +94,7 @@ class PPO(SeedLearnerBase):
 
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
-        self.config, self.env_id, self.device = config, env_id, torch.device(device)
+        self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
         self.env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
                                                   num_envs=config.num_envs_per_env_runner,
@@ -120,16 +120,22 @@ class PPO(SeedLearnerBase):
         self.obs_filter = ObsFilter(self.num_seeds, self.env.obs_dim) \
             if config.observation_filter == "MeanStdFilter" else None
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
-        # The losses' settings, a number or (a population) one per seed, made once: no tensor per update
-        self.loss_settings = {"clip_param": self._per_seed_tensor("clip_param", 1),
-                              "vf_loss_coeff": self._per_seed_tensor("vf_loss_coeff"),
-                              "entropy_coeff": self._per_seed_tensor("entropy_coeff")}
         self.reward_scaler = RewardScaler(self.num_seeds, self.env.envs_per_seed, gamma=self._per_seed("gamma", 1)) \
             if config.normalize_rewards else None
+        self.refresh_population()
         self.normalizers = [kept for kept in (self.obs_filter, self.reward_scaler) if kept is not None]
         self.stats = SeedStats(self.num_seeds, self.env.envs_per_seed, window=config.metrics_num_episodes_for_smoothing)
         self.seed_env_steps = np.zeros(self.num_seeds, dtype=np.int64)
         self._buffers: dict[str, np.ndarray] = {}
+
+    def refresh_population(self) -> None:
+        """The losses' settings, a number or (a population) one per seed, made once: no tensor per update; and the
+        reward scaler's discount."""
+        self.loss_settings = {"clip_param": self._per_seed_tensor("clip_param", 1),
+                              "vf_loss_coeff": self._per_seed_tensor("vf_loss_coeff"),
+                              "entropy_coeff": self._per_seed_tensor("entropy_coeff")}
+        if self.reward_scaler is not None:
+            self.reward_scaler.gamma = self._per_seed("gamma", 1)
 
     def _per_seed(self, name: str, *shape: int) -> Any:
         """Setting `name` as the seeds use it: the config's number, or where `population` gives the seeds different

@@ -26,7 +26,7 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
            cpus_per_trial: float | None = None, gpus_per_trial: float | None = None, num_cpus: int | None = None,
            num_gpus: float | None = None, gpu: str | None = None, address: str | None = None, verbose: bool = False,
            seeds_per_trial: int | None = None, seed_aggregate: str | None = None,
-           out: TextIO | None = None) -> SearchResult:
+           configs_per_trial: int | None = None, out: TextIO | None = None) -> SearchResult:
     """Run a search over `space` (a shipped space's name or a YAML path) to its end, as `tune-rl search`.
 
     `overrides` are `--set`s: {"budget": 50000, "lr": 3.0e-4} or ["budget=50000"]. `reevaluate=False` is
@@ -37,7 +37,7 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
     spec = search_spec(str(space), overrides=overrides, num_samples=num_samples, max_concurrent=max_concurrent,
                        num_cpus=num_cpus, top=top, seeds=seeds, max_failures=max_failures, searcher=searcher,
                        scheduler=scheduler, plugins=plugins, seeds_per_trial=seeds_per_trial,
-                       seed_aggregate=seed_aggregate)
+                       seed_aggregate=seed_aggregate, configs_per_trial=configs_per_trial)
     ray = {"address": address, "num_cpus": num_cpus, "num_gpus": num_gpus, "cpus_per_trial": cpus_per_trial,
            "gpus_per_trial": gpus_per_trial, "gpu": gpu}
     check_run_settings(**ray)
@@ -57,13 +57,13 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
                 max_concurrent: int | None = None, num_cpus: int | None = None, top: int | None = None,
                 seeds: int | None = None, max_failures: int | None = None, searcher: str | None = None,
                 scheduler: str | None = None, plugins: Iterable[str | Path] = (), seeds_per_trial: int | None = None,
-                seed_aggregate: str | None = None) -> Any:
+                seed_aggregate: str | None = None, configs_per_trial: int | None = None) -> Any:
     """The space with the search's settings applied, checked in the order `tune-rl search` checks its flags."""
     from tune_runner.spec.experiment import Component
 
     for flag, value in (("--num-samples", num_samples), ("--max-concurrent", max_concurrent),
                         ("--num-cpus", num_cpus), ("--reevaluate", top), ("--seeds", seeds),
-                        ("--seeds-per-trial", seeds_per_trial)):
+                        ("--seeds-per-trial", seeds_per_trial), ("--configs-per-trial", configs_per_trial)):
         positive(flag, value)
     _check_aggregate(seed_aggregate)
     if max_failures is not None and max_failures < 0:
@@ -78,6 +78,8 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
         changes["seeds_per_trial"] = seeds_per_trial
     if seed_aggregate:
         changes["seed_aggregate"] = seed_aggregate
+    if configs_per_trial:
+        changes["configs_per_trial"] = configs_per_trial
     if searcher:
         from tune_runner.searchers.record import COMMON
 

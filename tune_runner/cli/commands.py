@@ -31,7 +31,8 @@ def _spec_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"overrides": args.overrides, "num_samples": args.num_samples, "max_concurrent": args.max_concurrent,
             "top": args.reevaluate, "seeds": args.seeds, "max_failures": args.max_failures,
             "searcher": args.searcher, "scheduler": args.scheduler, "plugins": args.plugins,
-            "seeds_per_trial": args.seeds_per_trial, "seed_aggregate": args.seed_aggregate}
+            "seeds_per_trial": args.seeds_per_trial, "seed_aggregate": args.seed_aggregate,
+            "configs_per_trial": args.configs_per_trial}
 
 
 def _searched(run: Callable[[], Any]) -> int:
@@ -56,6 +57,7 @@ NOT_ON_RESUME = (("space", "--space"), ("overrides", "--set"), ("name", "--name"
                  ("no_reevaluate", "--no-reevaluate"), ("reevaluate", "--reevaluate"), ("seeds", "--seeds"),
                  ("register_model", "--register-model"), ("plugins", "--plugins"),
                  ("seeds_per_trial", "--seeds-per-trial"), ("seed_aggregate", "--seed-aggregate"),
+                 ("configs_per_trial", "--configs-per-trial"),
                  ("cpus_per_trial", "--cpus-per-trial"), ("gpus_per_trial", "--gpus-per-trial"),
                  ("address", "--address"), ("num_gpus", "--num-gpus"), ("gpu", "--gpu"))
 

@@ -149,6 +149,9 @@ def search_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) ->
     parser.add_argument("--seeds-per-trial", type=int, metavar="K",
                         help="train K seeds of each config in one trial, judged by their aggregate (our own "
                              "learners, and agents that declare it; default 1)")
+    parser.add_argument("--configs-per-trial", type=int, metavar="B",
+                        help="train B configs of the searcher in one trial as one batched learner, each judged, "
+                             "stopped and refilled on its own (our ppo and dqn, the oracle; default 1)")
     parser.add_argument("--seed-aggregate", metavar="HOW",
                         help="how a trial's seeds are summed up: iqm (default), mean, median, min")
     parser.add_argument("--no-export", action="store_true", help="do not write best.yaml at the end")

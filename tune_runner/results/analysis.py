@@ -97,8 +97,10 @@ def load(path: Path) -> Any:
     newest, _ = _check_state(path)
     from ray.tune import ExperimentAnalysis
 
+    from tune_runner.results.members import expand
+
     try:
-        return ExperimentAnalysis(str(path))
+        return expand(ExperimentAnalysis(str(path)))
     except DAMAGED as exc:  # a trial's state is damaged
         raise _damaged(newest, exc) from None
 
@@ -107,10 +109,11 @@ def read(path: Path) -> Any:
     """The experiment's trials read from Tune's files without Ray (tune_runner.results.trials); ExperimentAnalysis
     when the state holds a value only Ray can decode."""
     from tune_runner.results import trials as results
+    from tune_runner.results.members import expand
 
     newest, trial_data = _check_state(path)  # read once: checked here, then read as the trials
     try:
-        return results.from_state(path, trial_data)
+        return expand(results.from_state(path, trial_data))
     except results.Unreadable:
         return load(path)
     except DAMAGED as exc:  # a trial's state is damaged

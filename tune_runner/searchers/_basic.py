@@ -24,5 +24,6 @@ def _pruning_variants(request: Request) -> Any:
 
 
 _CONDITIONAL = Conditional(build=_pruning_variants, holds_space=False)  # Tune's param_space holds the space
-RANDOM = SearcherType(name="random", build=_variants, model_based=False, conditional=_CONDITIONAL)
-GRID = SearcherType(name="grid", build=_variants, model_based=False, conditional=_CONDITIONAL, grid_axes=True)
+RANDOM = SearcherType(name="random", build=_variants, model_based=False, conditional=_CONDITIONAL, members="draws")
+GRID = SearcherType(name="grid", build=_variants, model_based=False, conditional=_CONDITIONAL, grid_axes=True,
+                    members="groups")

@@ -25,4 +25,5 @@ def _indexed(request: Request) -> Any:
 
 
 BOHB = SearcherType(name="bohb", build=_build, model_based=True, settings=("bohb_config", "max_concurrent"),
-                    scheduler="bohb", conditional=Conditional(build=_indexed))
+                    scheduler="bohb", conditional=Conditional(build=_indexed),
+                    members_why="BOHB's HyperBand pauses whole trials at its own budgets, one config each")

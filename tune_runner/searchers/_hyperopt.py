@@ -30,4 +30,4 @@ def _nested(request: Request) -> Any:
 
 
 HYPEROPT = SearcherType(name="hyperopt", build=_build, model_based=True, settings=("n_initial_points", "gamma"),
-                        conditional=Conditional(build=_nested))
+                        conditional=Conditional(build=_nested), members="member keys")

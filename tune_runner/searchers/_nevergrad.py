@@ -105,4 +105,4 @@ def nevergrad_searcher(request: Request) -> SeededNevergrad:
 
 # It holds the space; a condition's inactive parameters are sampled, then dropped (SeededNevergrad.suggest).
 NEVERGRAD = SearcherType(name="nevergrad", build=nevergrad_searcher, model_based=True, settings=("optimizer",),
-                         owns_space=True, conditional=Conditional(build=nevergrad_searcher))
+                         owns_space=True, conditional=Conditional(build=nevergrad_searcher), members="member keys")

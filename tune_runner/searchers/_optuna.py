@@ -50,4 +50,4 @@ def _define_by_run(request: Request) -> Any:
 
 
 OPTUNA = SearcherType(name="optuna", build=_build, model_based=True, settings=_settings,
-                      conditional=Conditional(build=_define_by_run))
+                      conditional=Conditional(build=_define_by_run), members="fixes")

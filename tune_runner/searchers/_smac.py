@@ -171,4 +171,6 @@ def smac_searcher(request: Request) -> SMACSearch:
 
 # Its ConfigSpace holds the space, conditions included; SMAC's Hyperband picks the budgets, so Tune's scheduler is fifo.
 SMAC = SearcherType(name="smac", build=smac_searcher, model_based=True, settings=SETTINGS, scheduler="fifo",
-                    owns_space=True, conditional=Conditional(build=smac_searcher))
+                    owns_space=True, conditional=Conditional(build=smac_searcher),
+                    members_why="SMAC's intensifier gives each config its own budget, and a population trial's "
+                                "members share one")

@@ -71,6 +71,12 @@ class SearcherType:
     owns_space: bool = False
     conditional: Conditional | None = None
     grid_axes: bool = False
+    members: str | None = None
+    """How it fills a population trial (configs_per_trial, searchers/population.py): `draws` the trial-level values
+    once and the member values per member, `groups` its points by trial-level values, `fixes` the trial-level values
+    when asked for each further member, `member keys` takes spaces of member keys only; None: it cannot, for
+    `members_why`."""
+    members_why: str = ""
 
     def accepted(self, settings: dict) -> list[str]:
         """Every setting it takes, given those the spec sets (a UserError for a bad one that decides the rest)."""

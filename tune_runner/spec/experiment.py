@@ -26,6 +26,7 @@ from tune_runner.spec.top_level import (
     budget_steps,
     check_top_keys,
     choice,
+    flag_setting,
     number_setting,
     plugin_paths,
     positive_int,
@@ -72,6 +73,12 @@ class ExperimentSpec:
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
     seed_aggregate: str = seed_keys.DEFAULT_AGGREGATE
+    configs_per_trial: int = 1
+    """Configs of the searcher each trial trains as one batched learner, each of seeds_per_trial seeds
+    (tune_runner.tuning.population); the member is then the unit of search, the trial the unit of compute."""
+    refill: bool = True
+    """With configs_per_trial > 1: a member that ends (stopped, solved, at its budget) hands its slot to a fresh
+    config of the searcher at once, until num_samples configs have started; false: a trial's members end together."""
     stop_at_note: str = ""
     """Where stop_at came from when `--set env=` moved the search off the space's env (retarget_stop_at); not saved."""
 
@@ -139,6 +146,8 @@ class ExperimentSpec:
             space[reserved.PLUGINS_KEY] = list(self.plugins)
         if self.seeds_per_trial > 1:  # a one-seed search's trial configs stay as they were
             space.update({reserved.SEEDS_KEY: self.seeds_per_trial, reserved.AGGREGATE_KEY: self.seed_aggregate})
+        if self.configs_per_trial > 1:
+            space[reserved.MEMBERS_KEY] = self.configs_per_trial
         return space
 
     def as_dict(self) -> dict:
@@ -146,6 +155,8 @@ class ExperimentSpec:
         where they differ from one seed (a one-seed search's saved spec is as it always was)."""
         seeds = {reserved.SEEDS_KEY: self.seeds_per_trial, reserved.AGGREGATE_KEY: self.seed_aggregate} \
             if self.seeds_per_trial > 1 else {}
+        if self.configs_per_trial > 1:
+            seeds.update({reserved.MEMBERS_KEY: self.configs_per_trial, reserved.REFILL_KEY: self.refill})
         return {
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
             "description": self.description, "trainable": self.trainable, "env": self.env,
@@ -348,6 +359,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         max_concurrent=positive_int(raw, "max_concurrent", where, default=None),
         seeds_per_trial=positive_int(raw, reserved.SEEDS_KEY, where, default=1),
         seed_aggregate=choice(raw, reserved.AGGREGATE_KEY, seed_keys.AGGREGATES, where),
+        configs_per_trial=positive_int(raw, reserved.MEMBERS_KEY, where, default=1),
+        refill=flag_setting(raw, reserved.REFILL_KEY, where, default=True),
         fixed=fixed,
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),

@@ -18,6 +18,8 @@ MIN_TIME_KEY = "min_time_s_per_iteration"
 CPUS_KEY, GPUS_KEY = "cpus_per_trial", "gpus_per_trial"
 RUNNERS_KEY = "num_env_runners"
 TASK_FN_KEY = "env_task_fn"
+MEMBERS_KEY, REFILL_KEY = "configs_per_trial", "refill"
+MEMBER_LIST_KEY, BOARD_KEY = "tune_rl_members", "tune_rl_board"
 # Every reserved key, with why it is in a trial config.
 RESERVED: dict[str, str] = {
     "env": "the gymnasium env id: the space file's top-level env",
@@ -33,18 +35,23 @@ RESERVED: dict[str, str] = {
                   "own key of that name)",
     SEEDS_KEY: "seeds of the config the trial trains as one batched learner (a top-level setting; spec/seed_keys.py)",
     AGGREGATE_KEY: "how the trial sums its seeds up under each metric's plain name (iqm, mean, median, min)",
+    MEMBERS_KEY: "configs of the searcher one trial trains as one batched learner (a top-level setting; "
+                 "tuning/population.py)",
+    MEMBER_LIST_KEY: "a population trial's first members ({members: [{id, values}] per slot, metric, mode}), from "
+                     "the population searcher",
+    BOARD_KEY: "the Ray actor through which a population trial hears which member each slot trains next",
 }
 PREFIX = "env_config."  # a key `env_config.NAME` sets env_config["NAME"] (searched or fixed)
 BOOKKEEPING_PREFIX = "tune_rl_"  # a key tune-rl adds to a trial config for itself: never a setting to keep
 
 # Set at the top of a space file, never under fixed/space.
-TOP_LEVEL = ("env", "env_config", SEEDS_KEY, AGGREGATE_KEY)
+TOP_LEVEL = ("env", "env_config", SEEDS_KEY, AGGREGATE_KEY, MEMBERS_KEY)
 # Added by tune-rl itself (the re-evaluation's candidate, the search's plug-ins).
 BOOKKEEPING = tuple(k for k in RESERVED if k.startswith(BOOKKEEPING_PREFIX))
 # A trial's resources: this machine's business, not the config's.
 RESOURCE_KEYS = (CPUS_KEY, GPUS_KEY)
 # How a trial judges its config, set at the top of a space file: the search's business, not the config's.
-SEED_KEYS = (SEEDS_KEY, AGGREGATE_KEY)
+SEED_KEYS = (SEEDS_KEY, AGGREGATE_KEY, MEMBERS_KEY)
 # Not attributes of RLlib's AlgorithmConfig (num_env_runners is one; the task fn is installed as a callback).
 NOT_RLLIB = TOP_LEVEL + BOOKKEEPING
 # Not the learner's: what our learners' config classes never see.

@@ -29,3 +29,32 @@ def per_seed(result: Mapping[str, Any], name: str) -> list[float]:
         values.append(result[seed_key(index, name)])
         index += 1
     return values
+
+
+# A population trial (configs_per_trial) reports slot j's member as `member_<j>/<name>`: its id, its values
+# (`member_<j>/config/<key>`) and its metrics, the aggregate over its seeds (tune_runner.trainables.members).
+MEMBER_PREFIX = "member_"
+ID_PART, CONFIG_PART = "id", "config"
+MEMBER_COUNTS = ("members_alive", "members_refilled")
+
+
+def member_key(slot: int, name: str) -> str:
+    """Slot `slot`'s key for `name` (a metric, ID_PART, or CONFIG_PART/<key>)."""
+    return f"{MEMBER_PREFIX}{slot}/{name}"
+
+
+def members_of(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """A population trial's report as {slot: {name: value}} (its config under CONFIG_PART, a dict); {} for
+    another trial's."""
+    slots: dict[int, dict[str, Any]] = {}
+    for key, value in result.items():
+        head, slash, name = key.partition("/")
+        if not (slash and head.startswith(MEMBER_PREFIX) and head[len(MEMBER_PREFIX):].isdigit()):
+            continue
+        row = slots.setdefault(int(head[len(MEMBER_PREFIX):]), {CONFIG_PART: {}})
+        part, slash, rest = name.partition("/")
+        if part == CONFIG_PART and slash:
+            row[CONFIG_PART][rest] = value
+        else:
+            row[name] = value
+    return {slot: row for slot, row in slots.items() if row.get(ID_PART)}

@@ -13,7 +13,7 @@ from tune_runner.spec.search_space import _short
 
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
             "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", reserved.SEEDS_KEY,
-            reserved.AGGREGATE_KEY,
+            reserved.AGGREGATE_KEY, reserved.MEMBERS_KEY, reserved.REFILL_KEY,
             "reevaluate", "fixed", "space", "backends", "plugins")
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
@@ -81,6 +81,14 @@ def positive_int(raw: dict, key: str, where: str, *, default: int | None) -> int
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{where}: {key}: expected a positive integer, got {_short(value)}")
+    return value
+
+
+def flag_setting(raw: dict, key: str, where: str, *, default: bool) -> bool:
+    """An optional true/false setting."""
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {key}: expected true or false, got {_short(value)}")
     return value
 
 

@@ -64,6 +64,9 @@ class Backend:
     trains: Trains | None
     can_checkpoint: bool  # saves and restores its state (PBT's exploit, pausing schedulers and resume need it)
     seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seed_keys)
+    member_keys: tuple[str, ...] = ()
+    """The settings a population trial (configs_per_trial) may give each member; () for a trainable that trains
+    one config per trial (tune_runner.searchers.population)."""
 
     @property
     def time_attrs(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tune_runner.algos.config import ALIASES, DQN_POPULATION, PPO_POPULATION
 from tune_runner.algos.spaces import ACTION_SPACES, MASKABLE_ACTIONS, OBSERVATION_SPACES, PPO_ACTION_SPACES
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.registry import Registry
@@ -36,13 +37,23 @@ OWN_ACTIONS = {"ppo": PPO_ACTION_SPACES, "dqn": ACTION_SPACES}
 SEEDED = ("ppo", "dqn")  # ours that train seeds_per_trial > 1 seeds as one batched learner
 ORACLES = tuple(ORACLE_CLASSES)
 BACKENDS: Registry[Backend] = Registry("trainable")
+
+
+def member_keys(population_keys: tuple[str, ...]) -> tuple[str, ...]:
+    """A learner's population keys under every name a space may give them (RLlib's `lambda` too)."""
+    return population_keys + tuple(alias for alias, ours in ALIASES.items() if ours in population_keys)
+
+
+OWN_MEMBER_KEYS = {"ppo": member_keys(PPO_POPULATION), "dqn": member_keys(DQN_POPULATION)}
 for _name in OURS:  # their spaces are declared beside their settings: no torch
     BACKENDS.register(_name, OwnBackend(name=_name, reports=OWN_REPORTS[_name], can_checkpoint=True,
                                         trains=Trains(OWN_ACTIONS[_name], OBSERVATION_SPACES, masks=MASKABLE_ACTIONS,
-                                                      from_zero=True), seeds=_name in SEEDED))
-for _name in ORACLES:
+                                                      from_zero=True), seeds=_name in SEEDED,
+                                        member_keys=OWN_MEMBER_KEYS[_name]))
+for _name in ORACLES:  # the oracle's population takes PPO's keys: a space's other keys stay trial-level
     BACKENDS.register(_name, OracleBackend(name=_name, reports=ORACLE_REPORTS, trains=None,
-                                           can_checkpoint=_name != "oracle/stateless"))
+                                           can_checkpoint=_name != "oracle/stateless",
+                                           member_keys=() if _name == "oracle/stateless" else OWN_MEMBER_KEYS["ppo"]))
 
 
 def rllib_algorithms() -> list[str]:

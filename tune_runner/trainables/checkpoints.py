@@ -20,9 +20,11 @@ def holds_one(folder: Path) -> bool:
     return (folder / CHECKPOINT_FILE).is_file()
 
 
-def write(folder: Path, *, learner: dict[str, Any], runners: dict[str, Any] | None) -> None:
-    """The learner's state (and its rollout workers', when it has them), fsynced and renamed into place."""
-    state = {"learner": learner, "runners": runners}
+def write(folder: Path, *, learner: dict[str, Any], runners: dict[str, Any] | None,
+          members: dict[str, Any] | None = None) -> None:
+    """The learner's state (and its rollout workers', when it has them; a population trial's slots), fsynced and
+    renamed into place."""
+    state = {"learner": learner, "runners": runners, **({"members": members} if members is not None else {})}
     files.write_atomically(folder / CHECKPOINT_FILE, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -120,6 +120,8 @@ class Oracle(tune.Trainable):
         self.rng = random.Random(int(config.get("seed", 0)))
         self.restored = False
         self.apply(config)
+        self.population = OraclePopulation(config, trial_id=getattr(self, "trial_id", None)) \
+            if config.get(reserved.MEMBERS_KEY) else None
 
     def apply(self, config: Mapping[str, Any]) -> None:
         """Take a config's hyperparameters into use (what a real learner does with its optimizer)."""
@@ -131,6 +133,8 @@ class Oracle(tune.Trainable):
         from tune_runner.trainables.audit import check_finite
 
         time.sleep(float(self.config.get("sleep_s", 0.0) or 0.0))
+        if self.population is not None:
+            return self.population.step()
         fail_at = self.config.get("fail_at")
         if fail_at is not None and self.env_steps >= fail_at and not (self.config.get("fail_once") and self.restored):
             raise RuntimeError(f"oracle: injected failure at {self.env_steps:,} env steps")
@@ -153,6 +157,10 @@ class Oracle(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from tune_runner.files import write_atomically
 
+        if self.population is not None:
+            write_atomically(Path(checkpoint_dir) / STATE_FILE, json.dumps(self.population.get_state()).encode())
+            return
+
         # The hyperparameters in use travel with the state, as a learner's optimizer state carries its lr.
         state = {"level": self.level, "env_steps": self.env_steps, "rng": _rng_to_json(self.rng.getstate()),
                  "applied": self.applied}
@@ -160,6 +168,9 @@ class Oracle(tune.Trainable):
 
     def load_checkpoint(self, checkpoint: str) -> None:
         state = json.loads((Path(checkpoint) / STATE_FILE).read_text())
+        if self.population is not None:
+            self.population.set_state(state)
+            return
         self.level, self.env_steps = float(state["level"]), int(state["env_steps"])
         self.rng.setstate(_rng_from_json(state["rng"]))
         self.applied = dict(state.get("applied", self.applied))  # the donor's, after PBT's exploit
@@ -184,6 +195,58 @@ class Oracle(tune.Trainable):
         from tune_runner.trainables.trial import trainer_bundle
 
         return PlacementGroupFactory([trainer_bundle(config)])
+
+
+class OraclePopulation:
+    """The oracle as a population trial (configs_per_trial): one oracle run per member, each as a one-config
+    trial of its values would run (its seed: the trial's + SEED_STRIDE x its slot), as our learners' seeds."""
+
+    def __init__(self, config: Mapping[str, Any], *, trial_id: str | None) -> None:
+        from tune_runner.trainables.members import Members
+
+        self.config = dict(config)
+        self.members = Members(config, trial_id=trial_id)
+        self.runs = [self._fresh(j, slot.values) for j, slot in enumerate(self.members.slots)]
+
+    def _fresh(self, slot: int, values: Mapping[str, Any]) -> dict[str, Any]:
+        from tune_runner.spec.seed_keys import SEED_STRIDE
+
+        config = {k: v for k, v in self.config.items() if k not in reserved.RESERVED}
+        config.update(values, seed=int(self.config.get("seed", 0)) + SEED_STRIDE * slot)
+        return {"config": config, "level": 0.0, "env_steps": 0, "rng": random.Random(config["seed"])}
+
+    def replace(self, slot: int, values: Mapping[str, Any]) -> None:
+        self.runs[slot] = self._fresh(slot, values)
+
+    def step(self) -> dict[str, Any]:
+        from tune_runner.spec.seed_keys import seed_key
+
+        if not self.members.apply(self.members.orders(), self.replace):
+            return self.members.final()
+        result: dict[str, Any] = {}
+        for j, run in enumerate(self.runs):
+            config = run["config"]
+            run["level"] += float(config.get("rate", 0.15)) * (peak(config) - run["level"])
+            run["env_steps"] += int(config.get("steps_per_iteration", 1000))
+            noise = float(config.get("noise", 0.0))
+            value = run["level"] + seed_offset(config) + (run["rng"].gauss(0.0, noise) if noise else 0.0)
+            result.update({seed_key(j, "episode_return_mean"): value, seed_key(j, "env_steps"): run["env_steps"],
+                           seed_key(j, "peak"): peak(config)})
+        return {**self.members.result(result), "node_id": node_id()}
+
+    def get_state(self) -> dict[str, Any]:
+        runs = [{"config": r["config"], "level": r["level"], "env_steps": r["env_steps"],
+                 "rng": _rng_to_json(r["rng"].getstate())} for r in self.runs]
+        return {"runs": runs, "members": self.members.get_state()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.members.set_state(state["members"])
+        self.runs = []
+        for saved in state["runs"]:
+            rng = random.Random()
+            rng.setstate(_rng_from_json(saved["rng"]))
+            self.runs.append({"config": saved["config"], "level": float(saved["level"]),
+                              "env_steps": int(saved["env_steps"]), "rng": rng})
 
 
 class OracleStaleRestore(Oracle):

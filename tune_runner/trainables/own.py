@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
-from tune_runner.spec.reserved import AGGREGATE_KEY, MIN_TIME_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
+from tune_runner.spec.reserved import AGGREGATE_KEY, MEMBERS_KEY, MIN_TIME_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import build_learner
@@ -53,6 +53,12 @@ class OwnTrainable(tune.Trainable):
         import torch
 
         torch.set_num_threads(trial_threads())
+        self.members = None
+        if config.get(MEMBERS_KEY):  # a population trial: B configs x K seeds as one learner
+            from tune_runner.trainables.members import Members
+
+            self.members = Members(config, trial_id=getattr(self, "trial_id", None))
+            config = {**config, SEEDS_KEY: self.members.num_seeds, "population": self.members.population()}
         self.learner = build_learner(self.learner_name, config, device=trial_device())
         self.task_fn = None
         if config.get(TASK_FN_KEY):
@@ -61,6 +67,8 @@ class OwnTrainable(tune.Trainable):
             self.task_fn = curriculum.resolve_task_fn(config[TASK_FN_KEY])
             curriculum.check_seeds_settable(self.learner, env_id=config["env"])
         self.runners = None
+        if self.members is not None:
+            return
         if config.get(RUNNERS_KEY, 0) > 0:
             from tune_runner.trainables.rollouts import RolloutGroup
 
@@ -69,9 +77,13 @@ class OwnTrainable(tune.Trainable):
     def step(self) -> dict[str, float]:
         from tune_runner.trainables.audit import audit_result, check_finite, computed, node_id
 
+        if self.members is not None and not self.members.apply(self.members.orders(), self.learner.replace_member):
+            return self.members.final()
         result = computed(self._train())
         check_finite(result)
-        if int(self.config.get(SEEDS_KEY, 1)) > 1:  # the aggregate is what schedulers and searchers judge
+        if self.members is not None:
+            result = self.members.result(result)
+        elif int(self.config.get(SEEDS_KEY, 1)) > 1:  # the aggregate is what schedulers and searchers judge
             from tune_runner.algos.seeds import with_aggregates
 
             result = with_aggregates(result, self.config.get(AGGREGATE_KEY, DEFAULT_AGGREGATE))
@@ -134,10 +146,14 @@ class OwnTrainable(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         checkpoints.write(Path(checkpoint_dir), learner=self.learner.get_state(),
-                          runners=self.runners.get_state() if self.runners is not None else None)
+                          runners=self.runners.get_state() if self.runners is not None else None,
+                          members=members.get_state() if (members := getattr(self, "members", None)) else None)
 
     def load_checkpoint(self, checkpoint: str) -> None:
         state = read_checkpoint(Path(checkpoint))
+        if getattr(self, "members", None) is not None and state.get("members") is not None:  # before the learner
+            self.members.set_state(state["members"])
+            self.learner.set_population(self.members.population())
         self.learner.set_state(state["learner"])
         if self.runners is not None and state.get("runners") is not None:
             self.runners.set_state(state["runners"])

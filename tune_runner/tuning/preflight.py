@@ -40,10 +40,12 @@ class Prepared:
     @property
     def owns_space(self) -> bool:
         """The searcher holds the searched parameters itself (its record says when: smac and nevergrad always,
-        optuna, hyperopt and bohb a conditional space): Tune's param_space then carries the fixed values only."""
+        optuna, hyperopt and bohb a conditional space; the population searcher always): Tune's param_space then
+        carries the fixed values only."""
         from tune_runner.searchers import SEARCHERS
 
-        return SEARCHERS.get(self.spec.searcher.name).holds_space(conditional=self.spec.conditional)
+        return self.spec.configs_per_trial > 1 or \
+            SEARCHERS.get(self.spec.searcher.name).holds_space(conditional=self.spec.conditional)
 
 
 def unknown_env(name: str) -> str | None:
@@ -99,7 +101,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     from tune_runner import searchers
     from tune_runner.trainables import env_check
     from tune_runner.trainables.catalog import backend
-    from tune_runner.tuning import schedulers
+    from tune_runner.tuning import population, schedulers
 
     spec = with_plugins(spec)
     where = spec.source
@@ -108,6 +110,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     trainable = record or _resolve(spec, backend)
     _check_settings(spec, trainable)
     check_seeds(spec, trainable)
+    population.check_members(spec, trainable)
     spec = _absolute_task_fn(spec)
     check_env(spec.env, where=where)
     env_check.check_env(spec, trainable)
@@ -118,6 +121,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
     searcher_type = searchers.searcher_type(spec.searcher, where=where)
     check_combination(spec, trainable, kind, scheduler_type, searcher_type)
+    population.check_population(spec, trainable, kind, searcher_type)
     if searcher_type.grid_axes:
         spec = replace(spec, space=searchers.grid_space(spec.space, where=where))
     scheduler = schedulers.build_scheduler(
@@ -126,6 +130,10 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     searcher = searchers.build_searcher(spec.searcher, params=spec.space, where=where, storage=storage,
                                         metric=spec.metric, mode=spec.mode, budget=spec.budget_env_steps,
                                         num_samples=spec.num_trials)
+    if spec.configs_per_trial > 1:  # the space's scheduler judges members; Tune's runs the trials first in first out
+        searcher = population.population_searcher(spec, trainable, searcher_type, inner=searcher, scheduler=scheduler,
+                                                  scheduler_kind=kind)
+        scheduler = population.fifo()
     return Prepared(spec, trainable, trainable.trainable_class(), searcher, scheduler,
                     population=scheduler_type.population)
 

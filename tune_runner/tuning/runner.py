@@ -190,6 +190,8 @@ def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str,
 def _checked_on_ray(prepared: Prepared, options: RunOptions, exp_path: Path, *, out: TextIO) -> None:
     """The checks that need Ray; then a new search's options are saved (a refused search leaves nothing)."""
     check_resources(prepared.spec, prepared)
+    if prepared.spec.configs_per_trial > 1 and prepared.spec.max_concurrent is None:
+        prepared.searcher.concurrent = trials_at_once(prepared)
     _note_storage(options, out)
     if not options.resume:
         resume.save(exp_path, spec=prepared.spec, options=options)
@@ -298,7 +300,21 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
         storage.download(storage.join(where, name), local)
     trials = analysis.load(local).trials
     live = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))
+    if spec.configs_per_trial > 1:  # its trials are as many as ran at once, each refilled: none is owed
+        return live
     return live + max(0, spec.num_trials - len(trials))
+
+
+def trials_at_once(prepared: Prepared) -> int:
+    """How many trials of the spec the Ray cluster runs at once (its CPUs and GPUs over a trial's request)."""
+    import ray
+
+    from tune_runner.tuning.preflight import trial_request
+
+    have, need = ray.cluster_resources(), Counter()
+    for bundle in trial_request(prepared.spec, prepared.trainable):
+        need.update(bundle)
+    return max(1, min(int(have.get(k, 0) // v) for k, v in need.items() if v > 0))
 
 
 def checkpoints_to_keep(prepared: Prepared) -> int:

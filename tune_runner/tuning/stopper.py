@@ -22,6 +22,10 @@ class BudgetStopper(Stopper):
         self.spec = spec
 
     def __call__(self, trial_id: str, result: dict) -> bool:
+        from tune_runner.spec.seed_keys import MEMBER_COUNTS
+
+        if MEMBER_COUNTS[0] in result:  # a population trial: its members end one by one, then it ends itself
+            return False
         return int(result.get("env_steps", 0)) >= self.spec.budget_of(result) or self.spec.reached(result)
 
     def stop_all(self) -> bool:
