@@ -230,7 +230,8 @@ def test_bad_population_settings_are_refused_before_launch(top, fragments, cli, 
 
 def test_a_population_over_this_machines_memory_is_refused_with_the_estimate(cli, untouched, tmp_path):
     raw = {"trainable": "dqn", "env": "CartPole-v1", "budget": {"env_steps": 6000}, reserved.MEMBERS_KEY: 512,
-           reserved.SEEDS_KEY: 64, "fixed": {"replay_buffer_config": {"capacity": 1_000_000}}, "space": {"lr": {"loguniform": [1e-5, 1e-1]}}}
+           reserved.SEEDS_KEY: 64, "fixed": {"replay_buffer_config": {"capacity": 1_000_000}},
+           "space": {"lr": {"loguniform": [1e-5, 1e-1]}}}
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(raw))
     untouched.mark()
