@@ -138,12 +138,8 @@ class Oracle(tune.Trainable):
         fail_at = self.config.get("fail_at")
         if fail_at is not None and self.env_steps >= fail_at and not (self.config.get("fail_once") and self.restored):
             raise RuntimeError(f"oracle: injected failure at {self.env_steps:,} env steps")
-        config = {**self.config, **self.applied}
-        self.level += float(self.config.get("rate", 0.15)) * (peak(config) - self.level)
-        self.env_steps += int(self.config.get("steps_per_iteration", 1000))
-        noise = float(self.config.get("noise", 0.0))
-        value = self.level + seed_offset(config) + (self.rng.gauss(0.0, noise) if noise else 0.0)
-        result = {"episode_return_mean": value, "env_steps": self.env_steps, "peak": peak(config)}
+        self.level, self.env_steps, result = advance(self.level, self.env_steps, self.rng, settings=self.config,
+                                                     config={**self.config, **self.applied})
         nan_at = self.config.get("nan_at")
         if nan_at is not None and self.env_steps >= nan_at:
             result["policy_loss"] = math.nan
@@ -225,13 +221,9 @@ class OraclePopulation:
             return self.members.final()
         result: dict[str, Any] = {}
         for j, run in enumerate(self.runs):
-            config = run["config"]
-            run["level"] += float(config.get("rate", 0.15)) * (peak(config) - run["level"])
-            run["env_steps"] += int(config.get("steps_per_iteration", 1000))
-            noise = float(config.get("noise", 0.0))
-            value = run["level"] + seed_offset(config) + (run["rng"].gauss(0.0, noise) if noise else 0.0)
-            result.update({seed_key(j, "episode_return_mean"): value, seed_key(j, "env_steps"): run["env_steps"],
-                           seed_key(j, "peak"): peak(config)})
+            run["level"], run["env_steps"], own = advance(run["level"], run["env_steps"], run["rng"],
+                                                          settings=run["config"], config=run["config"])
+            result.update({seed_key(j, name): value for name, value in own.items()})
         return {**self.members.result(result), "node_id": node_id()}
 
     def get_state(self) -> dict[str, Any]:
@@ -261,16 +253,24 @@ class OracleStaleRestore(Oracle):
         pass
 
 
+def advance(level: float, env_steps: int, rng: random.Random, *, settings: Mapping[str, Any],
+            config: Mapping[str, Any]) -> tuple[float, int, dict[str, Any]]:
+    """One oracle iteration: the return level `rate` (of `settings`) closer to `config`'s peak, its env steps on,
+    and what it reports (the level with the run's luck and noise)."""
+    level += float(settings.get("rate", 0.15)) * (peak(config) - level)
+    env_steps += int(settings.get("steps_per_iteration", 1000))
+    noise = float(settings.get("noise", 0.0))
+    value = level + seed_offset(config) + (rng.gauss(0.0, noise) if noise else 0.0)
+    return level, env_steps, {"episode_return_mean": value, "env_steps": env_steps, "peak": peak(config)}
+
+
 def stateless_oracle(config: dict[str, Any]) -> None:
     """The oracle as a function trainable without checkpoints (as many users' own trainables are)."""
     level, steps = 0.0, 0
     rng = random.Random(int(config.get("seed", 0)))
     while True:
-        level += float(config.get("rate", 0.15)) * (peak(config) - level)
-        steps += int(config.get("steps_per_iteration", 1000))
-        noise = float(config.get("noise", 0.0))
-        tune.report({"episode_return_mean": level + seed_offset(config) + (rng.gauss(0.0, noise) if noise else 0.0),
-                     "env_steps": steps, "peak": peak(config)})
+        level, steps, result = advance(level, steps, rng, settings=config, config=config)
+        tune.report(result)
 
 
 def _rng_to_json(state: tuple) -> list:
