@@ -12,7 +12,7 @@ per trial, shared by its members. How B configs come to share those values depen
   fixed (Optuna's `enqueue_trial` with those parameters: its sampler draws the rest given them), so the study
   holds one trial per config, with that config's values and result.
 - `hyperopt`, `nevergrad`: no way to fix some values of a suggestion; they take spaces of member keys only.
-- `smac`, `bohb` plan a budget per config themselves: refused with the reason (tuning/preflight.py).
+- `smac`, `bohb` plan a budget per config themselves: refused with the reason (tuning/population.py).
 
 Each member's results go to the searcher under the member's own id, as a trial's would. Members are judged by
 the space's scheduler (asha, median): the Tune scheduler object itself, fed each member as a trial of its own,
@@ -33,9 +33,6 @@ from ray.tune.search import Searcher
 
 from tune_runner.spec import reserved
 from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, members_of
-
-# How each searcher gives B configs of shared trial-level values (see the module's docstring).
-SHARES = {"random": "draws", "grid": "groups", "optuna": "fixes", "hyperopt": None, "nevergrad": None}
 
 
 @dataclass(frozen=True)
@@ -305,12 +302,12 @@ class PopulationSearcher(Searcher):
         """The word for the trial's report `report`: per slot its member and values, or None."""
         trial["report"] = report
         slots = [None if m is None else {"id": m, "values": self.members[m].values} for m in trial["slots"]]
+        from tune_runner.trainables.members import Board
+
         board = self.board()
-        if board is None:
-            return
-        if hasattr(board, "post") and not hasattr(board.post, "remote"):
+        if isinstance(board, Board):  # in-process (tests)
             board.post(trial_id, report, slots)
-        else:
+        elif board is not None:
             board.post.remote(trial_id, report, slots)
 
     def board(self) -> Any:

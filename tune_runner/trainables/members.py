@@ -59,16 +59,17 @@ class Members:
         self.trial_id = trial_id
         self.reports = 0
         self.refilled = 0
+        self.last: dict[str, Any] = {}  # the latest report
         self.board: Any = None  # the Board actor (or, in tests, a Board itself)
 
     @property
     def num_seeds(self) -> int:
         return self.size * self.seeds
 
-    def population(self, rename: Callable[[str], str] = str) -> dict[str, list[Any]]:
-        """The learner's `population`: each slot's values, once per seed of the slot, under `rename`d keys."""
+    def population(self) -> dict[str, list[Any]]:
+        """The learner's `population`: each slot's values, once per seed of the slot."""
         keys = sorted({key for slot in self.slots for key in slot.values})
-        return {rename(key): [slot.values[key] for slot in self.slots for _ in range(self.seeds)] for key in keys}
+        return {key: [slot.values[key] for slot in self.slots for _ in range(self.seeds)] for key in keys}
 
     def seeds_of(self, slot: int) -> range:
         return range(slot * self.seeds, (slot + 1) * self.seeds)
@@ -87,24 +88,23 @@ class Members:
         metric, mode = self.metric, self.mode
         per_seed = split_seeds(seeds_result)
         out: dict[str, Any] = {k: v for k, v in seeds_result.items() if not k.startswith("seed_")}
-        best: tuple[float, int] | None = None
+        best: tuple[float, dict[str, Any]] | None = None
         for j, slot in enumerate(self.slots):
             if slot.member is None:
                 continue
             rows = [per_seed.get(i, {}) for i in self.seeds_of(j)]
             metrics = rows[0] if self.seeds == 1 else seed_metrics(rows, how=self.how)
-            out.update({member_key(j, name): value for name, value in metrics.items() if "/" not in name})
+            metrics = {name: value for name, value in metrics.items() if "/" not in name}
+            out.update({member_key(j, name): value for name, value in metrics.items()})
             out[member_key(j, ID_PART)] = slot.member
             out.update({member_key(j, f"{CONFIG_PART}/{key}"): value for key, value in slot.values.items()})
             value = metrics.get(metric)
             if isinstance(value, (int, float)) and not math.isnan(value):
                 signed = value if mode == "max" else -value
                 if best is None or signed > best[0]:
-                    best = (signed, j)
+                    best = (signed, metrics)
         if best is not None:
-            out.update({k.partition("/")[2]: v for k, v in out.items()
-                        if k.startswith(member_key(best[1], "")) and k.count("/") == 1
-                        and not k.endswith("/" + ID_PART)})
+            out.update(best[1])
         out.update({MEMBER_COUNTS[0]: self.alive, MEMBER_COUNTS[1]: self.refilled})
         self.reports += 1
         self.last = out
@@ -112,7 +112,7 @@ class Members:
 
     def final(self) -> dict[str, Any]:
         """The report of a trial whose slots all idle: its last plain numbers, no member, done."""
-        last = {k: v for k, v in (getattr(self, "last", None) or {}).items() if not k.startswith(MEMBER_PREFIX)}
+        last = {k: v for k, v in self.last.items() if not k.startswith(MEMBER_PREFIX)}
         return {**last, MEMBER_COUNTS[0]: 0, MEMBER_COUNTS[1]: self.refilled, "done": True}
 
     # ---- the board's word ----------------------------------------------------------------------
