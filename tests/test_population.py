@@ -243,3 +243,12 @@ def test_a_population_over_this_machines_memory_is_refused_with_the_estimate(cli
 def test_the_flag_sets_configs_per_trial_and_a_bad_one_is_named(cli, untouched):
     assert_one_line_error(cli("search", "--space", "oracle", "--configs-per-trial", "0"), "--configs-per-trial")
     untouched.check()
+
+
+def test_a_member_without_a_trial_folder_reads_no_checkpoint_from_the_working_directory(tmp_path, monkeypatch):
+    from tune_runner.results.analysis import last_checkpoint
+
+    (tmp_path / "checkpoint_000003").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert last_checkpoint(".").resolve() == tmp_path / "checkpoint_000003"  # a folder given is read
+    assert last_checkpoint("") is None  # a member's record names none

@@ -53,7 +53,10 @@ def fmt_config(config: dict[str, Any], keys: tuple[str, ...]) -> str:
 
 
 def last_checkpoint(trial_path: str | Path) -> Path | None:
-    """The trial's newest `checkpoint_NNNNNN` folder (Ray numbers them in order), or None."""
+    """The trial's newest `checkpoint_NNNNNN` folder (Ray numbers them in order), or None; None for no folder
+    ("": a population trial's member, results/members.py), never the working directory's."""
+    if not str(trial_path):
+        return None
     found = [(int(m.group(1)), p) for p in Path(trial_path).glob("checkpoint_*")
              if p.is_dir() and (m := re.fullmatch(r"checkpoint_(\d+)", p.name))]
     return max(found)[1] if found else None

@@ -44,6 +44,8 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, record: Backend, be
     # torch: imported only for a policy we log (an oracle search saves ~4 s)
     from tune_runner.results import pyfunc_model
 
+    if not best.trial_path:  # a population trial's member: its trial's checkpoint holds the whole batch
+        return Logged(None, "not logged (the best is a member of a population trial: no checkpoint of its own)")
     checkpoint = last_checkpoint(best.trial_path)
     if checkpoint is None:
         return Logged(None, f"not logged (no checkpoint in {best.trial_path})")
