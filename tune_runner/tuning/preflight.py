@@ -294,15 +294,21 @@ def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]
     return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
 
 
+def summed(bundles: list[dict[str, float]]) -> Counter:
+    """What a trial's bundles ask for in all, per resource."""
+    total: Counter = Counter()
+    for bundle in bundles:
+        total.update(bundle)
+    return total
+
+
 def check_resources(spec: ExperimentSpec, prepared: Prepared) -> None:
     """A trial that no node can hold would stay PENDING forever in Ray; refuse it before launch."""
     import ray
 
     bundles = trial_request(spec, prepared.trainable)
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    total: Counter = Counter()
-    for bundle in bundles:
-        total.update(bundle)
+    total = summed(bundles)
     have: Counter = Counter()
     for node in nodes:
         have.update({k: v for k, v in node.items() if k in total})

@@ -309,11 +309,9 @@ def trials_at_once(prepared: Prepared) -> int:
     """How many trials of the spec the Ray cluster runs at once (its CPUs and GPUs over a trial's request)."""
     import ray
 
-    from tune_runner.tuning.preflight import trial_request
+    from tune_runner.tuning.preflight import summed, trial_request
 
-    have, need = ray.cluster_resources(), Counter()
-    for bundle in trial_request(prepared.spec, prepared.trainable):
-        need.update(bundle)
+    have, need = ray.cluster_resources(), summed(trial_request(prepared.spec, prepared.trainable))
     return max(1, min(int(have.get(k, 0) // v) for k, v in need.items() if v > 0))
 
 
