@@ -211,15 +211,19 @@ def test_asha_over_members_stops_what_asha_over_trials_stops_with_the_same_resul
     ({reserved.MEMBERS_KEY: 4, "trainable": "rllib/PPO"}, ["rllib/PPO trains one config per trial"]),
     ({reserved.MEMBERS_KEY: 4, "fixed_population": True}, ["fixed.population: a population given by hand"]),
     ({reserved.MEMBERS_KEY: 1, reserved.REFILL_KEY: False}, ["refill: false: refill is about population trials"]),
-], ids=["zero", "text", "refill-text", "smac", "hyperopt-trial-level", "pbt", "rllib", "by-hand", "refill-alone"])
+    ({reserved.MEMBERS_KEY: 4, "trainable": "ppo", "fixed_runners": 2}, ["num_env_runners: rollout workers act"]),
+], ids=["zero", "text", "refill-text", "smac", "hyperopt-trial-level", "pbt", "rllib", "by-hand", "refill-alone",
+        "runners"])
 def test_bad_population_settings_are_refused_before_launch(top, fragments, cli, untouched, tmp_path):
     raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 6000},
            "fixed": {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"]},
            "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}
     if top.pop("fixed_population", False):
         raw["fixed"]["population"] = {"lr": [1e-3, 1e-4]}
-    if top.get("trainable") == "rllib/PPO":
+    if top.get("trainable") in ("rllib/PPO", "ppo"):
         raw.update(fixed={}, space={"lr": {"loguniform": [1e-5, 1e-1]}})
+    if "fixed_runners" in top:
+        raw["fixed"]["num_env_runners"] = top.pop("fixed_runners")
     raw.update(top)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -65,6 +65,11 @@ def check_members(spec: ExperimentSpec, trainable: Backend) -> None:
     if given:
         raise UserError(f"{where}: fixed.{given[0]}: a population given by hand cannot stand beside "
                         f"{reserved.MEMBERS_KEY} (the searcher fills the population); drop one of them")
+    for key, why in ((reserved.RUNNERS_KEY, "rollout workers act for one learner's seeds, not for refilled "
+                                            "members"),
+                     (reserved.TASK_FN_KEY, "a curriculum follows one config's returns")):
+        if spec.fixed.get(key) or key in {p.name for p in spec.space}:
+            raise UserError(f"{where}: {key}: {why}; drop it, or set {reserved.MEMBERS_KEY}: 1")
 
 
 def member_bytes(spec: ExperimentSpec, trainable: Backend) -> int:
