@@ -167,6 +167,10 @@ def test_refill_starts_exactly_num_samples_configs_and_a_refilled_slot_starts_ov
     assert refilled and all(r.last.get("env_steps", 0) <= 6000 for r in refilled)
     # a refilled member's env steps start from 0: its first result is its first iteration's
     assert min(r.last["env_steps"] for r in refilled) >= 1000
+    # the trial's compute counts every seed of every member it trained, the refilled-away ones too
+    last = first.members.last
+    assert last["batch_env_steps"] == first.members.reports * 1000 * first.members.size
+    assert last["batch_env_steps"] >= sum(r.last["env_steps"] for r in searcher.members.values() if r.trial == "trial0")
 
 
 def test_asha_over_members_stops_what_asha_over_trials_stops_with_the_same_results(tmp_path):

@@ -36,6 +36,8 @@ def per_seed(result: Mapping[str, Any], name: str) -> list[float]:
 MEMBER_PREFIX = "member_"
 ID_PART, CONFIG_PART = "id", "config"
 MEMBER_COUNTS = ("members_alive", "members_refilled")
+# A population trial's compute: the env steps of all its seeds, of every member it trained (refilled ones too)
+BATCH_STEPS = "batch_env_steps"
 
 
 def member_key(slot: int, name: str) -> str:

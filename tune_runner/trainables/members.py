@@ -22,6 +22,7 @@ from typing import Any
 
 from tune_runner.spec import reserved
 from tune_runner.spec.seed_keys import (
+    BATCH_STEPS,
     CONFIG_PART,
     ID_PART,
     MEMBER_COUNTS,
@@ -59,6 +60,8 @@ class Members:
         self.trial_id = trial_id
         self.reports = 0
         self.refilled = 0
+        self.seed_steps: dict[int, int] = {}  # each seed's env steps at the latest report
+        self.retired_steps = 0  # the env steps of the members refilled away
         self.last: dict[str, Any] = {}  # the latest report
         self.board: Any = None  # the Board actor (or, in tests, a Board itself)
 
@@ -87,6 +90,7 @@ class Members:
 
         metric, mode = self.metric, self.mode
         per_seed = split_seeds(seeds_result)
+        self.seed_steps = {i: int(row.get("env_steps", 0) or 0) for i, row in per_seed.items()}
         out: dict[str, Any] = {k: v for k, v in seeds_result.items() if not k.startswith("seed_")}
         best: tuple[float, dict[str, Any]] | None = None
         for j, slot in enumerate(self.slots):
@@ -105,7 +109,8 @@ class Members:
                     best = (signed, metrics)
         if best is not None:
             out.update(best[1])
-        out.update({MEMBER_COUNTS[0]: self.alive, MEMBER_COUNTS[1]: self.refilled})
+        out.update({MEMBER_COUNTS[0]: self.alive, MEMBER_COUNTS[1]: self.refilled,
+                    BATCH_STEPS: self.retired_steps + sum(self.seed_steps.values())})
         self.reports += 1
         self.last = out
         return out
@@ -151,16 +156,19 @@ class Members:
                     slot.member, slot.values = order["id"], dict(order["values"])
                     for seed in self.seeds_of(j):
                         replace(seed, slot.values)
+                        self.retired_steps += self.seed_steps.pop(seed, 0)
                     self.refilled += 1
         return self.alive > 0
 
     def get_state(self) -> dict[str, Any]:
         return {"slots": [(s.member, dict(s.values)) for s in self.slots], "reports": self.reports,
-                "refilled": self.refilled}
+                "refilled": self.refilled, "seed_steps": dict(self.seed_steps), "retired_steps": self.retired_steps}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         self.slots = [Slot(member, dict(values)) for member, values in state["slots"]]
         self.reports, self.refilled = int(state["reports"]), int(state["refilled"])
+        self.seed_steps = {int(i): int(n) for i, n in state.get("seed_steps", {}).items()}
+        self.retired_steps = int(state.get("retired_steps", 0))
 
 
 BOARD_NAMESPACE = "tune_rl"
