@@ -205,6 +205,21 @@ def test_asha_over_members_stops_what_asha_over_trials_stops_with_the_same_resul
     assert ours == stopped and ours
 
 
+def test_hyperband_judges_members_as_asynchronous_hyperband_over_its_own_rungs_and_brackets(tmp_path):
+    from ray.tune.schedulers import ASHAScheduler
+
+    searcher = prepared(tmp_path, scheduler={"name": "hyperband", "min_t": 1000, "reduction_factor": 3},
+                        budget={"env_steps": 9000}, num_samples=12, searcher={"name": "random", "seed": 5}).searcher
+    judge = searcher.scheduler
+    # HyperBand over 9 units of 1,000 env steps at eta 3 opens 3 brackets: first rungs at 1,000, 3,000 and 9,000
+    assert isinstance(judge, ASHAScheduler) and judge._time_attr == "env_steps" and judge._max_t == 9000
+    assert [b._rungs[-1][0] if b._rungs else None for b in judge._brackets] == [1000, 3000, 9000]
+    searcher.set_search_properties("episode_return_mean", "max", {})
+    run_in_process(searcher, trials=4)
+    endings = searcher.endings()
+    assert searcher.started == 12 and "running" not in endings and endings.get("stopped_early", 0) >= 1
+
+
 @pytest.mark.parametrize(("top", "fragments"), [
     ({reserved.MEMBERS_KEY: 0}, ["configs_per_trial: expected a positive integer, got 0"]),
     ({reserved.MEMBERS_KEY: "four"}, ["configs_per_trial: expected a positive integer, got 'four'"]),
@@ -212,11 +227,12 @@ def test_asha_over_members_stops_what_asha_over_trials_stops_with_the_same_resul
     ({reserved.MEMBERS_KEY: 4, "searcher": "smac"}, ["the smac searcher cannot fill population trials"]),
     ({reserved.MEMBERS_KEY: 4, "searcher": "hyperopt"}, ["space.x: the hyperopt searcher cannot give", "use optuna"]),
     ({reserved.MEMBERS_KEY: 4, "scheduler": "pbt"}, ["scheduler: pbt acts on whole trials"]),
+    ({reserved.MEMBERS_KEY: 4, "scheduler": "pb2"}, ["scheduler: pb2 acts on whole trials"]),
     ({reserved.MEMBERS_KEY: 4, "trainable": "rllib/PPO"}, ["rllib/PPO trains one config per trial"]),
     ({reserved.MEMBERS_KEY: 4, "fixed_population": True}, ["fixed.population: a population given by hand"]),
     ({reserved.MEMBERS_KEY: 1, reserved.REFILL_KEY: False}, ["refill: false: refill is about population trials"]),
     ({reserved.MEMBERS_KEY: 4, "trainable": "ppo", "fixed_runners": 2}, ["num_env_runners: rollout workers act"]),
-], ids=["zero", "text", "refill-text", "smac", "hyperopt-trial-level", "pbt", "rllib", "by-hand", "refill-alone",
+], ids=["zero", "text", "refill-text", "smac", "hyperopt-trial-level", "pbt", "pb2", "rllib", "by-hand", "refill-alone",
         "runners"])
 def test_bad_population_settings_are_refused_before_launch(top, fragments, cli, untouched, tmp_path):
     raw = {"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 6000},

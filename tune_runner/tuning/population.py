@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from tune_runner.searchers.record import SearcherType
     from tune_runner.trainables.backends import Backend
 
-MEMBER_SCHEDULERS = ("fifo", "asha", "median")  # what judges members; hyperband and PBT act on whole trials
+# What judges members: hyperband in its asynchronous form (member_scheduler); PBT and PB2 act on whole trials
+MEMBER_SCHEDULERS = ("fifo", "asha", "hyperband", "median")
 MEMORY_SHARE = 0.8  # of the memory this machine has free, the most a population trial's estimate may take
 
 
@@ -140,12 +141,31 @@ def population_searcher(spec: ExperimentSpec, trainable: Backend, searcher: Sear
     else:
         source = population.SearcherSource(inner, fixes=searcher.members == "fixes")
     settings = spec.scheduler.settings
+    scheduler = member_scheduler(scheduler, scheduler_kind)
     return population.PopulationSearcher(
         source, size=spec.configs_per_trial, num_configs=spec.num_trials, member_keys=member_keys, space=space,
         refill=spec.refill, budget=spec.budget_env_steps, reached=spec.reached,
-        scheduler=scheduler if scheduler_kind != "fifo" else None, time_attr=settings.get("time_attr", "env_steps"),
+        scheduler=scheduler, time_attr=settings.get("time_attr", "env_steps"),
         metric=spec.metric, mode=spec.mode, board=f"tune_rl_board_{os.getpid()}_{id(source)}",
         concurrent=spec.max_concurrent)
+
+
+def member_scheduler(scheduler: Any, kind: str) -> Any:
+    """What judges a population search's members: the space's asha or median scheduler as built (None for fifo).
+    HyperBand as its asynchronous form (Li et al., "A System for Massively Parallel Hyperparameter Tuning", 2020):
+    ASHA over the same rungs (min_t, then x reduction_factor up to max_t) in as many brackets as HyperBand opens.
+    Synchronous HyperBand halves a bracket once all its trials reach a rung, pausing the early ones; a member's
+    slot cannot pause (its seeds train in the batch), so each member is judged the moment it reaches a rung."""
+    if kind == "fifo":
+        return None
+    if kind != "hyperband":
+        return scheduler
+    from ray.tune.schedulers import ASHAScheduler
+
+    unit = scheduler.unit_steps  # tuning.schedulers.in_units: HyperBand counts env steps in units of min_t
+    return ASHAScheduler(time_attr=scheduler.counts_in, max_t=scheduler._max_t_attr * unit,  # noqa: SLF001
+                         grace_period=unit, reduction_factor=scheduler._eta,  # noqa: SLF001
+                         brackets=scheduler._s_max_1)  # noqa: SLF001 - HyperBand's own count of brackets
 
 
 def _points(spec: ExperimentSpec) -> list[dict]:
