@@ -231,19 +231,19 @@ class NStepAccumulator:
         self.returns = np.zeros((n, num_envs), np.float64)
         self.ages = np.zeros((n, num_envs), np.int64)
         self.live = np.zeros((n, num_envs), bool)
-        self.slots = np.zeros(num_envs, np.int64)  # each env's next slot
-        self.aligned = True  # every env at the same slot (always so with n = 1): one slot index for all
+        self.slot = 0  # every env's next slot, while they all agree (always so with n = 1)
+        self.slots: np.ndarray | None = None  # each env's, once a seed restored alone left its envs at another
         self._columns = np.arange(num_envs)
 
     def push(self, *, obs: np.ndarray, actions: np.ndarray, step: Step, next_obs: np.ndarray,
              next_mask: np.ndarray | None) -> dict[str, np.ndarray]:
         """Add one vector step; returns the transitions it completed (rows of a replay batch)."""
-        k = int(self.slots[0]) if self.aligned else (self.slots, self._columns)
+        if self.slots is None:
+            k, self.slot = self.slot, (self.slot + 1) % self.n
+        else:
+            k, self.slots = (self.slots, self._columns), (self.slots + 1) % self.n
         self.obs[k], self.actions[k], self.returns[k], self.ages[k] = obs, actions, 0.0, 0
         self.live[k] = step.valid
-        if self.n > 1:
-            self.slots += 1
-            self.slots %= self.n
         self.returns += np.where(self.live, self.gamma ** self.ages * step.rewards, 0.0)
         self.ages += self.live
         done = step.terminated | step.truncated
@@ -265,13 +265,14 @@ class NStepAccumulator:
     def get_state(self, envs: slice = slice(None)) -> dict[str, Any]:
         """The state of `envs` (a seed's, which share their slot), as an accumulator of those envs alone would
         save it."""
-        return {"n": self.n, "slot": int(self.slots[envs][0]),
+        return {"n": self.n, "slot": self.slot if self.slots is None else int(self.slots[envs][0]),
                 **{name: getattr(self, name)[:, envs].copy() for name in _PENDING}}
 
     def set_state(self, state: Mapping[str, Any], envs: slice = slice(None)) -> None:
         """Restore `get_state(envs)` into `envs`, their slot included; the other envs' are left as they are."""
-        self.slots[envs] = state["slot"]
-        self.aligned = bool((self.slots == self.slots[0]).all())
+        slots = np.full(len(self._columns), self.slot) if self.slots is None else self.slots.copy()
+        slots[envs] = state["slot"]
+        self.slot, self.slots = (int(slots[0]), None) if (slots == slots[0]).all() else (self.slot, slots)
         for name in _PENDING:
             getattr(self, name)[:, envs] = state[name]
 
