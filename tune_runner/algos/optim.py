@@ -149,10 +149,10 @@ class SeedAdam:
         return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
 
     def _step_rows(self, rows: np.ndarray | None) -> None:
-        """The step of `rows` (None: all), each with its own step count and lr, and each row's numbers exactly
-        `_step_alike`'s: its bias corrections from the same Python float expressions, and its update as addcdiv
-        computes one (value * exp_avg / denom, then added); a refilled seed of a population must train to the
-        same bits as a one-seed learner of its values (issue 43), and one rounding apart grows chaotically."""
+        """The step of `rows` (None: all), each with its own step count and lr. Each row gets exactly
+        `_step_alike`'s bits (a refilled seed of a population must train as a one-seed learner of its values,
+        issue 43, and one rounding apart grows chaotically in DQN): its bias corrections come from the same Python
+        float expressions, and its update is addcdiv's value * exp_avg / denom, value * exp_avg one tensor here."""
         beta1, beta2 = self.betas
         which = list(range(self.num_seeds)) if rows is None else rows.tolist()
         lrs = self._lrs()
@@ -164,7 +164,7 @@ class SeedAdam:
         column = {"dtype": flat.dtype, "device": flat.device}
         correction2 = torch.tensor([math.sqrt(1 - beta2 ** self.steps[i]) for i in which], **column)[:, None]
         step_size = torch.tensor([-float(lrs[i]) / (1 - beta1 ** self.steps[i]) for i in which], **column)[:, None]
-        flat.add_(exp_avg.mul(step_size).div_((exp_avg_sq.sqrt() / correction2).add_(self.eps)))
+        flat.addcdiv_(exp_avg * step_size, (exp_avg_sq.sqrt() / correction2).add_(self.eps))
         if index is not None:  # t[index] made copies: write them back
             for target, value in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq), (self.flat, flat)):
                 target.index_copy_(0, index, value)
