@@ -299,6 +299,37 @@ def test_replay_buffer_wraps_around_and_round_trips_its_state():
     assert big_batch.chronological()["x"].tolist() == [5, 6, 7]
 
 
+def test_a_seed_restored_alone_keeps_its_own_n_step_slots_and_leaves_the_others_pending_starts():
+    # Seeds 0 and 1 (one env each) in one accumulator; seed 1 starts over from a fresh accumulator's state after 2
+    # steps (a population's refill). Seed 0 must emit what it emits alone, and seed 1 what a fresh one emits, in
+    # the same order: a slot counter shared by all envs, reset by seed 1's state, overwrote seed 0's live starts.
+    def step(t: int, valid: np.ndarray) -> Step:
+        end = np.array([t == 5, t in (4, 8)])
+        return Step(np.array([t, 10 * t], np.float32), end, np.zeros(2, bool), valid)
+
+    def push(acc: NStepAccumulator, t: int, envs: slice) -> dict[str, np.ndarray]:
+        valid = np.array([t != 6, t != 5])  # each env's autoreset step
+        obs = np.array([[t], [100 + t]], np.float32)
+        s = step(t, valid)
+        return acc.push(obs=obs[envs], actions=np.array([t, t])[envs], next_obs=obs[envs] + 1, next_mask=None,
+                        step=Step(s.rewards[envs], s.terminated[envs], s.truncated[envs], s.valid[envs]))
+
+    together = NStepAccumulator(n=3, gamma=0.5, num_envs=2, obs_dim=1, envs_per_seed=1)
+    seed0 = NStepAccumulator(n=3, gamma=0.5, num_envs=1, obs_dim=1)
+    seed1 = NStepAccumulator(n=3, gamma=0.5, num_envs=1, obs_dim=1)
+    for t in range(2):
+        push(together, t, slice(None)), push(seed0, t, slice(0, 1))
+    together.set_state(seed1.get_state(), slice(1, 2))
+    for t in range(2, 10):
+        out = push(together, t, slice(None))
+        for seed, alone in enumerate((push(seed0, t, slice(0, 1)), push(seed1, t, slice(1, 2)))):
+            rows = out["seed"] == seed
+            for key in ("obs", "actions", "rewards", "discount", "terminated"):
+                assert out[key][rows].tolist() == alone[key].tolist(), f"seed {seed}'s {key} at step {t}"
+    slots = [together.get_state(envs)["slot"] for envs in (slice(0, 1), slice(1, 2))]
+    assert slots == [seed0.get_state()["slot"], seed1.get_state()["slot"]] and slots[0] != slots[1]
+
+
 def test_n_step_returns_stop_at_the_episode_end_and_bootstrap_only_on_truncation():
     acc = NStepAccumulator(n=2, gamma=0.5, num_envs=2, obs_dim=1)
     out = []

@@ -139,3 +139,23 @@ def test_seed_adam_clips_and_steps_each_seed_alone_and_leaves_a_sat_out_seed_unt
             assert all(torch.equal(before[k], v) for k, v in batched.seed_state(1).items())
     assert ours.steps == [6, 3, 5]
     assert ours.seed_state_dict(1)["exp_avg"].shape == (sum(p.numel() for p in copies[1].parameters()),)
+
+
+def test_seed_adam_steps_each_seed_to_the_bits_of_a_one_seed_adam_whatever_its_lr_and_step_count():
+    # A population's seeds have their own lrs, and a refilled seed its own step count; each must land on the
+    # one-seed optimizer's bits (issue 43): a last-bit difference grows chaotically in DQN.
+    gen = torch.Generator().manual_seed(2)
+    ours = SeedAdam([torch.nn.Parameter(torch.randn(3, 500, generator=gen))], num_seeds=3, lr=[1e-3, 2e-3, 3e-3])
+    alone = [SeedAdam([torch.nn.Parameter(ours.flat[i].clone())], num_seeds=1, lr=lr)
+             for i, lr in enumerate(ours.lr)]
+    for step in range(5):
+        active = np.array([True, step != 1, step % 2 == 0])
+        grad = torch.randn(3, 500, generator=gen)
+        ours.grad.copy_(grad)
+        ours.step(active if step else None)
+        for i in np.flatnonzero(active if step else [True] * 3):
+            alone[i].grad.copy_(grad[i])
+            alone[i].step()
+        for i, one in enumerate(alone):
+            assert torch.equal(ours.flat[i], one.flat[0]), f"seed {i} after step {step}"
+            assert torch.equal(ours.exp_avg_sq[i], one.exp_avg_sq[0])

@@ -149,19 +149,22 @@ class SeedAdam:
         return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
 
     def _step_rows(self, rows: np.ndarray | None) -> None:
-        """The step of `rows` (None: all), each with its own step count and lr."""
+        """The step of `rows` (None: all), each with its own step count and lr. Each row gets exactly
+        `_step_alike`'s bits (a refilled seed of a population must train as a one-seed learner of its values,
+        issue 43, and one rounding apart grows chaotically in DQN): its bias corrections come from the same Python
+        float expressions, and its update is addcdiv's value * exp_avg / denom, value * exp_avg one tensor here."""
         beta1, beta2 = self.betas
-        which = slice(None) if rows is None else rows
-        steps, lrs = np.asarray(self.steps, dtype=np.float64)[which], self._lrs()[which]
+        which = list(range(self.num_seeds)) if rows is None else rows.tolist()
+        lrs = self._lrs()
         index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
         grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
                                            for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         column = {"dtype": flat.dtype, "device": flat.device}
-        correction2 = torch.tensor(np.sqrt(1 - beta2 ** steps), **column)[:, None]
-        step_size = torch.tensor(-lrs / (1 - beta1 ** steps), **column)[:, None]
-        flat.addcmul_(exp_avg / (exp_avg_sq.sqrt() / correction2).add_(self.eps), step_size)
+        correction2 = torch.tensor([math.sqrt(1 - beta2 ** self.steps[i]) for i in which], **column)[:, None]
+        step_size = torch.tensor([-float(lrs[i]) / (1 - beta1 ** self.steps[i]) for i in which], **column)[:, None]
+        flat.addcdiv_(exp_avg * step_size, (exp_avg_sq.sqrt() / correction2).add_(self.eps))
         if index is not None:  # t[index] made copies: write them back
             for target, value in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq), (self.flat, flat)):
                 target.index_copy_(0, index, value)

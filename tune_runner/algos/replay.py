@@ -213,11 +213,13 @@ class SeedReplay:
 class NStepAccumulator:
     """Turns one-step experience into n-step transitions, vectorized over envs.
 
-    Slot k of the [n, env] arrays holds a transition started at a vector step s with
-    s = k (mod n); each valid step adds its discounted reward to every live start of its env.
-    A start is emitted when it has n rewards or its episode ends, then the slot is free
+    Slot k of an env's column of the [n, env] arrays holds a transition started at a vector step s with
+    s = k (mod n), s counted from the env's seed's start; each valid step adds its discounted reward to every
+    live start of its env. A start is emitted when it has n rewards or its episode ends, then the slot is free
     again by the time step s + n reuses it. Envs never mix, so K seeds' envs side by side (seed i
-    owning envs i * envs_per_seed ...) are K accumulators in one; each row out names its `seed`.
+    owning envs i * envs_per_seed ...) are K accumulators in one; each row out names its `seed`. Each env keeps
+    its own slot counter, so a seed restored alone (a population's refill) keeps its slots, and the order its
+    rows come out in, as its own accumulator would, and leaves the other seeds' pending starts alone.
     """
 
     def __init__(self, *, n: int, gamma: float | np.ndarray, num_envs: int, obs_dim: int,
@@ -229,12 +231,17 @@ class NStepAccumulator:
         self.returns = np.zeros((n, num_envs), np.float64)
         self.ages = np.zeros((n, num_envs), np.int64)
         self.live = np.zeros((n, num_envs), bool)
-        self.slot = 0
+        self.slot = 0  # every env's next slot, while they all agree (always so with n = 1)
+        self.slots: np.ndarray | None = None  # each env's, once a seed restored alone left its envs at another
+        self._columns = np.arange(num_envs)
 
     def push(self, *, obs: np.ndarray, actions: np.ndarray, step: Step, next_obs: np.ndarray,
              next_mask: np.ndarray | None) -> dict[str, np.ndarray]:
         """Add one vector step; returns the transitions it completed (rows of a replay batch)."""
-        k, self.slot = self.slot, (self.slot + 1) % self.n
+        if self.slots is None:
+            k, self.slot = self.slot, (self.slot + 1) % self.n
+        else:
+            k, self.slots = (self.slots, self._columns), (self.slots + 1) % self.n
         self.obs[k], self.actions[k], self.returns[k], self.ages[k] = obs, actions, 0.0, 0
         self.live[k] = step.valid
         self.returns += np.where(self.live, self.gamma ** self.ages * step.rewards, 0.0)
@@ -256,12 +263,16 @@ class NStepAccumulator:
         self.live[:, envs] = False
 
     def get_state(self, envs: slice = slice(None)) -> dict[str, Any]:
-        """The state of `envs` (a seed's), as an accumulator of those envs alone would save it."""
-        return {"n": self.n, "slot": self.slot, **{name: getattr(self, name)[:, envs].copy() for name in _PENDING}}
+        """The state of `envs` (a seed's, which share their slot), as an accumulator of those envs alone would
+        save it."""
+        return {"n": self.n, "slot": self.slot if self.slots is None else int(self.slots[envs][0]),
+                **{name: getattr(self, name)[:, envs].copy() for name in _PENDING}}
 
     def set_state(self, state: Mapping[str, Any], envs: slice = slice(None)) -> None:
-        """Restore `get_state(envs)`; the slot is common to all envs (they all step together)."""
-        self.slot = state["slot"]
+        """Restore `get_state(envs)` into `envs`, their slot included; the other envs' are left as they are."""
+        slots = np.full(len(self._columns), self.slot) if self.slots is None else self.slots.copy()
+        slots[envs] = state["slot"]
+        self.slot, self.slots = (int(slots[0]), None) if (slots == slots[0]).all() else (self.slot, slots)
         for name in _PENDING:
             getattr(self, name)[:, envs] = state[name]
 
