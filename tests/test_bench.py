@@ -275,3 +275,38 @@ def test_the_seeds_benchmarks_population_is_a_valid_one_spread_over_every_settin
         - ({"lr"} if schedule else set())
     config = bench.ALGOS[algo][1].from_dict({**values, "num_seeds": 8, "population": members})
     assert len({(m.lr, m.gamma) for m in map(config.member, range(8))}) == 8
+
+
+def test_the_population_benchmark_searches_the_shipped_space_three_ways_and_holds_out_fresh_seeds(tmp_path):
+    import json
+
+    import yaml
+
+    from tune_runner.spec.experiment import load_spec, resolve_space
+    from tune_runner.spec.seed_keys import SEED_STRIDE
+    from tune_runner.tuning.reevaluate import SEED_BASE
+
+    pop = bench_module("population_search")
+    shipped = yaml.safe_load(resolve_space("ppo_small").read_text())
+    ways = pop.ways(8)
+    assert [top.get("configs_per_trial") for top in ways.values()] == [1, 8, 8]
+    assert [top.get("refill") for top in ways.values()] == [None, False, True]
+    for name, top in ways.items():
+        path = pop.space_file("ppo_small", tmp_path / name.replace(" ", "_"), configs=32, top=top)
+        written = yaml.safe_load(path.read_text())
+        ways_keys = ("num_samples", "configs_per_trial", "refill")
+        assert {k: v for k, v in written.items() if k not in ways_keys} == \
+               {k: v for k, v in shipped.items() if k not in ways_keys}  # as shipped otherwise
+        spec = load_spec(str(path))
+        assert spec.num_trials == 32 and spec.configs_per_trial == top["configs_per_trial"]
+    # the held-out seeds are none of a search's (seed + SEED_STRIDE x i) or a re-evaluation's (SEED_BASE + ...)
+    assert pop.HELD_OUT_SEED % SEED_STRIDE not in (0, SEED_BASE)
+    # what the search trained: each member once, a population trial's batch_env_steps, another trial's env_steps
+    exp = tmp_path / "exp"
+    rows = {"pop": [{"member_0/id": "t-0", "member_1/id": "t-1", "env_steps": 10, "batch_env_steps": 40},
+                    {"member_0/id": "t-2", "member_1/id": "t-1", "env_steps": 20, "batch_env_steps": 80}],
+            "one": [{"env_steps": 50}, {"env_steps": 100}]}
+    for trial, lines in rows.items():
+        (exp / trial).mkdir(parents=True)
+        (exp / trial / "result.json").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert pop.searched(exp) == (3 + 1, 80 + 100)
