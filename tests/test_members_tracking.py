@@ -113,6 +113,8 @@ def test_each_member_gets_a_run_under_its_trial_with_its_config_curve_and_ending
                                        "seed": str(member_seed(results[0]["config"], slot))}
             assert history(mlflow, run.info.run_id, "episode_return_mean") == [
                 (row["env_steps"], pytest.approx(row["episode_return_mean"])) for _, row in rows]
+            assert history(mlflow, run.info.run_id, "training_iteration") == [  # its own reports, counted
+                (row["env_steps"], n) for n, (_, row) in enumerate(rows, start=1)]
             ending = searcher.members[member].ending
             assert run.info.status == "FINISHED"
             assert run.data.tags["tune_rl.status"] == ("stopped_early" if ending == "stopped_early" else "terminated")
@@ -191,3 +193,66 @@ def live(spec):
     out = io.StringIO()
     return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
                     ending=spec.ending, out=out, heartbeat_s=3600.0), out
+
+
+@pytest.mark.parametrize("scope", ["last", "max", "avg-last-3", "avg-last-5"])
+def test_best_from_mlflow_picks_the_member_the_folder_picks(tmp_path, scope):
+    """`tune-rl best runs:/<parent>` of a population search reads the members' runs as the search's trials, as
+    `tune-rl best <folder>` reads the folder's population trials as their members (results.members.expand)."""
+    from tune_runner.results import tracked
+    from tune_runner.results.analysis import best_trial
+    from tune_runner.results.members import expand
+    from tune_runner.results.trials import Results, TrialRecord
+    from tune_runner.tracking import parent
+
+    searcher, spec = population_search(tmp_path, num_samples=10)
+    callback, mlflow = tracking(tmp_path, spec)
+    exp_id = callback.experiment_id
+    callback.parent_run_id = parent.open_run(mlflow, exp_id, spec, name="pop", exp_path=tmp_path / "pop")
+    ran = drive(searcher, [callback], trials=5)
+    callback.on_experiment_end([])
+    records = [TrialRecord(trial_id=t, status="TERMINATED", config=dict(results[0]["config"]),
+                           last_result=results[-1], metric_analysis={}, path=str(tmp_path / t))
+               for t, results in ran.items()]
+    folder = expand(Results(tmp_path / "pop", records, dict(ran)))
+    logged = tracked.read(f"runs:/{callback.parent_run_id}", uri=callback.uri)
+    assert sorted(t.trial_id for t in logged.results.trials) == sorted(t.trial_id for t in folder.trials)
+    picked = [best_trial(found, metric=spec.metric, mode=spec.mode, scope=scope)
+              for found in (folder, logged.results)]
+    assert picked[0].trial_id == picked[1].trial_id
+    assert picked[0].value == pytest.approx(picked[1].value)
+    keys = ("lr", "x", "seed")  # the member's own values and seed, its trial's x
+    assert {k: picked[1].config[k] for k in keys} == {k: picked[0].config[k] for k in keys}
+
+
+def test_a_members_run_given_as_the_search_names_the_search(tmp_path):
+    from tune_runner.errors import UserError
+    from tune_runner.results import tracked
+
+    searcher, spec = population_search(tmp_path, num_samples=2, refill=False)
+    callback, _ = tracking(tmp_path, spec)
+    drive(searcher, [callback], trials=1)
+    callback.on_experiment_end([])
+    member, run_id = next(iter(callback.member_runs.items()))
+    with pytest.raises(UserError, match=f"the run of member {member} of trial trial0, not a search's parent run; "
+                                        f"give its search: runs:/{callback.parent_run_id}"):
+        tracked.read(f"runs:/{run_id}", uri=callback.uri)
+
+
+def test_the_dashboards_view_of_a_population_search_lists_its_members_with_their_values(tmp_path):
+    """A trial's run holds only the values its members share (x here, not lr): the view of the search's configs
+    is its members' runs, each with every searched value."""
+    from tune_runner.tracking import parent
+    from tune_runner.tracking.dashboard_link import view_of
+
+    searcher, spec = population_search(tmp_path, num_samples=6)
+    callback, mlflow = tracking(tmp_path, spec)
+    callback.parent_run_id = parent.open_run(mlflow, callback.experiment_id, spec, name="pop",
+                                             exp_path=tmp_path / "pop")
+    drive(searcher, [callback], trials=3)
+    callback.on_experiment_end([])
+    view = view_of(mlflow.get_run(callback.parent_run_id))
+    shown = mlflow.search_runs([callback.experiment_id], filter_string=view["searchFilter"])
+    assert sorted(r.info.run_id for r in shown) == sorted(callback.member_runs.values())
+    assert all({"lr", "x"} <= set(r.data.params) for r in shown)
+    assert view["selectedColumns"] == ["metrics.`episode_return_mean`", "params.`lr`", "params.`x`"]

@@ -41,6 +41,8 @@ from tune_runner.tracking.members import Member, Turnover, is_member_key
 # flat_params too (tune_runner.tracked types a trial's params back with it)
 from tune_runner.tracking.uri import (  # noqa: F401
     MAX_PARAM_LENGTH,
+    MEMBER_TAG,
+    SEARCH_TAG,
     artifact_location,
     client,
     find_parent,
@@ -57,8 +59,6 @@ NOT_METRICS = frozenset({
 STEPWISE = (PREFIX_APPLIED, PREFIX_REQUESTED)  # curves sent at their changes only (see the module's docstring)
 FLUSH_EVERY_S = 1.0  # the most a child run's metrics wait in the driver before they are sent
 MAX_BATCH = 1000  # MLflow's limit of metrics in one log_batch
-MEMBER_TAG = "tune_rl.member_id"  # on a member's run only: what tells it from a trial's
-SEARCH_TAG = "tune_rl.search_run_id"  # on a member's run: the search's parent run, two levels up
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
@@ -195,8 +195,8 @@ class MlflowTracking(Callback):
         for member in started:
             self._start_member(trial, member)
         for member in turnover.live.values():
-            own_step = int(member.last.get("env_steps", step))
-            self._queue(member.id, metrics_of(member.last, step=own_step, now_ms=now_ms))
+            own = {**member.last, "training_iteration": member.reports}  # its own reports, as a trial's count
+            self._queue(member.id, metrics_of(own, step=int(member.last.get("env_steps", step)), now_ms=now_ms))
 
     def _status_of(self, member: Member) -> tuple[str, str]:
         ending = self.ending(member.last)

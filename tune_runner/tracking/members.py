@@ -27,6 +27,7 @@ class Member:
     slot: int
     values: dict[str, Any]
     last: dict[str, Any] = field(default_factory=dict)
+    reports: int = 0  # the trial's reports that carried it (since this driver saw it first)
 
 
 class Turnover:
@@ -48,6 +49,7 @@ class Turnover:
                 self.live[member] = Member(member, slot, dict(row[CONFIG_PART]))
                 started.append(self.live[member])
             self.live[member].last = own_metrics(row)
+            self.live[member].reports += 1
         if isinstance(result.get(MEMBER_COUNTS[1]), int):
             self.refilled = result[MEMBER_COUNTS[1]]
         self._count(ended, ending)
