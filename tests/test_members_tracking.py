@@ -101,6 +101,7 @@ def test_each_member_gets_a_run_under_its_trial_with_its_config_curve_and_ending
         assert not any(k.startswith("member_") for k in trial_run.data.metrics)  # in the members' runs, once
         assert {"episode_return_mean", "members_alive", "members_refilled"} <= set(trial_run.data.metrics)
         assert "lr" not in trial_run.data.params and trial_run.data.params["x"] == str(results[0]["config"]["x"])
+        assert trial_run.data.tags["tune_rl.status"] == "terminated"  # it ended itself, its members one by one
         for member, rows in member_rows(results).items():
             run = mlflow.get_run(callback.member_runs[member])
             slot = rows[0][0]
@@ -164,6 +165,25 @@ def test_an_errored_trial_fails_its_live_members_and_a_resumed_search_logs_on_in
     assert member_children(mlflow, exp_id, callback.parent_run_id) == callback.member_runs
 
 
+def test_a_population_trials_run_ends_terminated_whatever_its_best_member_did(tmp_path):
+    """Its last result is its best member's (here one the scheduler stopped at 1,000 of 6,000 steps); the trial
+    ended itself, once its last member had ended: that member's run says stopped_early, the trial's does not."""
+    _, spec = population_search(tmp_path, num_samples=2, refill=False)
+    callback, mlflow = tracking(tmp_path, spec)
+    trial = SimpleNamespace(trial_id="t", config={**FIXED, "x": 0.5, reserved.MEMBERS_KEY: 2}, last_result={})
+    report = {"env_steps": 1000, "episode_return_mean": 1.0, "members_alive": 1, "member_0/id": "t-0",
+              "member_0/config/lr": 0.1, "member_0/env_steps": 1000, "member_0/episode_return_mean": 1.0}
+    final = {"env_steps": 1000, "episode_return_mean": 1.0, "members_alive": 0, "done": True}
+    callback.on_trial_start(0, [trial], trial)
+    for result in (report, final):
+        trial.last_result = result
+        callback.on_trial_result(0, [trial], trial, result)
+    callback.on_trial_complete(0, [trial], trial)
+    callback.on_experiment_end([])
+    assert mlflow.get_run(callback.member_runs["t-0"]).data.tags["tune_rl.status"] == "stopped_early"
+    assert mlflow.get_run(callback.runs["t"]).data.tags["tune_rl.status"] == "terminated"
+
+
 def test_a_resumed_member_logs_into_its_run_not_a_new_one(tmp_path):
     _, spec = population_search(tmp_path, num_samples=2, refill=False)
     callback, mlflow = tracking(tmp_path, spec)
@@ -187,12 +207,6 @@ def test_a_resumed_member_logs_into_its_run_not_a_new_one(tmp_path):
     assert history(mlflow, callback.member_runs["t-0"], "episode_return_mean") == [(1000, 1.0), (2000, 2.0)]
 
 
-def live(spec):
-    from tune_runner.tuning.progress import LiveView
-
-    out = io.StringIO()
-    return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
-                    ending=spec.ending, out=out, heartbeat_s=3600.0), out
 
 
 @pytest.mark.parametrize("scope", ["last", "max", "avg-last-3", "avg-last-5"])
@@ -256,3 +270,57 @@ def test_the_dashboards_view_of_a_population_search_lists_its_members_with_their
     assert sorted(r.info.run_id for r in shown) == sorted(callback.member_runs.values())
     assert all({"lr", "x"} <= set(r.data.params) for r in shown)
     assert view["selectedColumns"] == ["metrics.`episode_return_mean`", "params.`lr`", "params.`x`"]
+
+
+def live(spec, **kwargs):
+    """The live view as the runner makes it; (view, its output)."""
+    from tune_runner.tuning.progress import LiveView
+
+    out = io.StringIO()
+    return LiveView(searched=spec.searched, budget=spec.budget_env_steps, metric=spec.metric, mode=spec.mode,
+                    ending=spec.ending, out=out, **kwargs), out
+
+
+def test_a_population_trials_rows_count_its_members_alive_stopped_solved_and_refilled(tmp_path):
+    searcher, spec = population_search(tmp_path, num_samples=10)
+    view, out = live(spec, heartbeat_s=3600.0)
+    ran = drive(searcher, [view], trials=5)
+    lines = out.getvalue().splitlines()
+    first = next(line for line in lines if " started " in line)
+    assert first.endswith(f"x={first.split('x=')[1].split()[0]}  4 members") and "lr=" not in first
+    for trial_id, results in ran.items():
+        mine = [r for r in searcher.members.values() if r.trial == trial_id]
+        stopped = sum(r.ending == "stopped_early" for r in mine)
+        done = sum(r.ending == "done" for r in mine)
+        counts = ", ".join(f"{n} {word}" for n, word in ((stopped, "stopped"), (done, "done"),
+                                                          (results[-1]["members_refilled"], "refilled")) if n)
+        end = next(line for line in lines if f"{trial_id} done " in line)
+        assert end.endswith(f"members 0/4 alive, {counts}"), (end, counts)
+    assert stopped or done
+    rows = [line for line in lines if " 25% " in line or " 50% " in line or " 75% " in line]
+    assert rows and all("  members " in line and "/4 alive" in line for line in rows)
+
+
+def test_a_solved_member_is_counted_as_solved_and_the_heartbeat_sums_the_members(tmp_path):
+    searcher, spec = population_search(tmp_path, num_samples=8, stop_at=50.0)
+    view, out = live(spec, heartbeat_s=0.0)
+    drive(searcher, [view], trials=1)
+    solved = sum(r.ending == "solved" for r in searcher.members.values())
+    assert solved and f"{solved} solved" in out.getvalue().splitlines()[-1]
+    trials = [SimpleNamespace(trial_id="trial0", status="TERMINATED", last_result={})]
+    view.on_step_end(0, trials)
+    assert "1 terminated; members 0 alive, " in out.getvalue().splitlines()[-1]
+    assert f"{solved} solved" in out.getvalue().splitlines()[-1]
+
+
+def test_the_header_counts_a_population_searchs_configs_not_trials(tmp_path):
+    from tune_runner.tuning.console import header
+
+    _, spec = population_search(tmp_path, num_samples=10)
+    texts = []
+    for changes in ({}, {"refill": False, "seeds_per_trial": 2}):  # seeds: as ppo's, which takes them
+        out = io.StringIO()
+        header(spec.with_overrides(**changes), "pop", out)
+        texts.append(out.getvalue())
+    assert "oracle on CartPole-v1, 10 configs, 4 per trial x 6,000 env steps," in texts[0]
+    assert "10 configs of 2 seeds (iqm), 4 per trial (no refill) x 6,000 env steps" in texts[1]

@@ -265,8 +265,11 @@ class MlflowTracking(Callback):
         self.mlflow.log_batch(self._run_id(key), metrics=metrics)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        # A population trial ends itself once its members have ended (the scheduler stops members, not it): its
+        # last result is its best member's, whose ending is not the trial's.
+        population = trial.trial_id in self._members
         self._end_members(trial.trial_id)
-        ending = self.ending(trial.last_result or {})
+        ending = "done" if population else self.ending(trial.last_result or {})
         self._finish(trial, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
