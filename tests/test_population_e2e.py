@@ -74,7 +74,7 @@ def test_a_population_search_stopped_with_ctrl_c_resumes_with_its_members_and_re
                   "sleep_s": 0.3},
         "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}))
     proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "popcc", "--num-cpus", "2")
-    wait_for(proc, "50%")
+    wait_for(proc, " refilled")  # a trial's row counts its refills
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
@@ -90,3 +90,67 @@ def test_a_population_search_stopped_with_ctrl_c_resumes_with_its_members_and_re
     assert "trials     9:" in result.out and "errored" not in result.out, result.out
     best = cli("best", str(exp))
     assert best.status == 0 and best.out.split()[1] in after
+
+
+def test_mlflow_holds_a_run_per_member_under_its_trial_with_its_values_and_curve(ray_session, cli, _isolated_home,
+                                                                                 tmp_path):
+    """Each member a run of its own, nested under its trial's run, with the trial's params plus its own values and
+    seed, its curve at its own env steps (as the trial's result.json carried it), and how it ended; `best` from
+    MLflow picks the member the folder picks, and the live view counts members."""
+    from mlflow.tracking import MlflowClient
+
+    space = tmp_path / "pop-mlflow.yaml"
+    space.write_text(yaml.safe_dump({
+        "trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 6000},
+        "searcher": {"name": "random", "seed": 5}, "scheduler": {"name": "asha", "grace_period": 2000},
+        "num_samples": 8, reserved.MEMBERS_KEY: 3, "max_concurrent": 2,
+        "fixed": {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"], "steps_per_iteration": 1000},
+        "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}))
+    result = cli("search", "--space", str(space), "--name", "pop-mlflow", "--no-reevaluate")
+    assert result.status == 0, result.err
+    assert "8 configs, 3 per trial x 6,000 env steps" in result.out
+    assert "members 0/3 alive, " in result.out and " refilled" in result.out  # a trial's end row counts them
+
+    exp = _isolated_home / "results" / "pop-mlflow"
+    rows: dict[str, list[dict]] = {}  # trial id -> its results, from its folder
+    for trial_dir in (p for p in exp.iterdir() if (p / "result.json").is_file()):
+        lines = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+        rows[lines[0]["trial_id"]] = lines
+    client = MlflowClient(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(space.stem)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parent, = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    trial_runs = {r.data.tags["tune_rl.trial_id"]: r for r in runs
+                  if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    members = {r.data.tags["tune_rl.member_id"]: r for r in runs if "tune_rl.member_id" in r.data.tags}
+    assert set(trial_runs) == set(rows) and len(runs) == 1 + len(rows) + len(members)
+    assert len(members) == 8
+
+    for trial_id, results in rows.items():
+        trial_run = trial_runs[trial_id]
+        assert not any(k.startswith("member_") for k in trial_run.data.metrics)
+        assert "x" in trial_run.data.params and "lr" not in trial_run.data.params  # x is shared, lr a member's
+        seen: dict[str, list[tuple[int, float]]] = {}
+        for row in results:
+            for key, member in ((k, v) for k, v in row.items() if k.endswith("/id")):
+                slot = key.removesuffix("/id")
+                run = members[member]
+                assert run.info.run_name == member and run.data.tags["tune_rl.trial_id"] == trial_id
+                assert run.data.tags["mlflow.parentRunId"] == trial_run.info.run_id
+                assert run.data.params["lr"] == str(row[f"{slot}/config/lr"])
+                assert run.data.params["x"] == trial_run.data.params["x"] and "seed" in run.data.params
+                if f"{slot}/episode_return_mean" in row:
+                    seen.setdefault(member, []).append((row[f"{slot}/env_steps"], row[f"{slot}/episode_return_mean"]))
+        for member, points in seen.items():
+            logged = sorted((m.step, m.value) for m in
+                            client.get_metric_history(members[member].info.run_id, "episode_return_mean"))
+            assert logged == [(step, pytest.approx(value)) for step, value in points], member
+    assert {r.info.status for r in members.values()} == {"FINISHED"}
+    assert "stopped_early" in {r.data.tags["tune_rl.status"] for r in members.values()}
+
+    from_folder = cli("best", str(exp))
+    from_mlflow = cli("best", f"runs:/{parent.info.run_id}")
+    assert from_folder.status == 0 and from_mlflow.status == 0, from_mlflow.err
+    picked = [next(line for line in shown.out.splitlines() if line.startswith("best ")).split()[1]
+              for shown in (from_folder, from_mlflow)]
+    assert picked[0] == picked[1] and picked[0] in members

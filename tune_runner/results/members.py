@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner.spec import reserved
-from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, SEED_STRIDE, members_of
+from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, member_seed, members_of
 
 
 def is_population(trial: Any) -> bool:
@@ -59,7 +59,6 @@ def _members(trial: Any, rows: list[dict]) -> dict[str, tuple[dict, list[dict], 
     """member id -> (its config, its history, whether it held a slot at the trial's last report)."""
     base = {k: v for k, v in trial.config.items()
             if k not in (reserved.MEMBERS_KEY, reserved.MEMBER_LIST_KEY, reserved.BOARD_KEY)}
-    seeds = int(trial.config.get(reserved.SEEDS_KEY, 1) or 1)
     out: dict[str, tuple[dict, list[dict], bool]] = {}
     last_ids: set[str] = set()
     for row in rows:
@@ -69,8 +68,7 @@ def _members(trial: Any, rows: list[dict]) -> dict[str, tuple[dict, list[dict], 
         for slot, values in slots.items():
             member = values[ID_PART]
             if member not in out:
-                config = {**base, **values[CONFIG_PART],
-                          "seed": int(base.get("seed", 0) or 0) + SEED_STRIDE * slot * seeds}
+                config = {**base, **values[CONFIG_PART], "seed": member_seed(trial.config, slot)}
                 out[member] = (config, [], False)
             own = {k: v for k, v in values.items() if k not in (ID_PART, CONFIG_PART)}
             history = out[member][1]

@@ -6,6 +6,8 @@ A search logs everything `best` needs while it runs (tune_runner.tracking.callba
                  spec (the folder's own file; logged by searches from this version on)
     child runs   one per trial, tag tune_rl.trial_id and tune_rl.status; params: the trial's fixed and
                  searched values as text; metrics: every numeric result, at step = env steps
+    member runs  of a population search (configs_per_trial), one per member under its trial's run, tag
+                 tune_rl.member_id and tune_rl.search_run_id: read as the search's trials, as its folder is
 
 so a search that ran on a cluster can be exported from a laptop without its results folder. Params
 are text: the spec types them back (a range is a float, randint an int, a choice the choice whose
@@ -32,7 +34,7 @@ from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.saved import read_logged_spec
 from tune_runner.spec.search_space import LIST_DISTS, Param
 from tune_runner.tracking import uri as mlflow_uri
-from tune_runner.tracking.uri import flat_params
+from tune_runner.tracking.uri import MEMBER_TAG, SEARCH_TAG, flat_params
 
 PREFIX = "runs:/"
 # Child-run status tags (tune_runner.tracking.callback) as Ray Tune names a trial's status.
@@ -141,6 +143,10 @@ def _parent_by_id(client: Any, ref: str, uri: str) -> Any:
         raise UserError(f"experiment {ref}: MLflow at {mlflow_uri.redacted(uri)} answered "
                         f"{_first_line(exc)}; check --mlflow-uri") from None
     tags = run.data.tags
+    if MEMBER_TAG in tags and SEARCH_TAG in tags:
+        raise UserError(f"experiment {ref}: the run of member {tags[MEMBER_TAG]} of trial "
+                        f"{tags.get('tune_rl.trial_id', '?')}, not a search's parent run; give its search: "
+                        f"runs:/{tags[SEARCH_TAG]}")
     if "tune_rl.trial_id" in tags and "mlflow.parentRunId" in tags:
         raise UserError(f"experiment {ref}: the run of trial {tags['tune_rl.trial_id']}, not a search's parent "
                         f"run; give its parent: runs:/{tags['mlflow.parentRunId']}")
@@ -246,12 +252,16 @@ def _refuse_population(spec: ExperimentSpec, run: Any, shown: str) -> None:
 
 
 def _trials(client: Any, run: Any, spec: ExperimentSpec, metric: str, shown: str) -> TrackedResults:
-    """Each child run as a trial: its config typed back, status, last values and `metric`'s history."""
-    children = client.search_runs([run.info.experiment_id], max_results=10_000,
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+    """Each child run as a trial: its config typed back, status, last values and `metric`'s history. Of a search
+    of population trials, each member's run (one level further down) is one, as results.members.expand reads the
+    search's folder: the configs it tried."""
+    population = spec.configs_per_trial > 1
+    children = _member_runs(client, run, spec, shown) if population else client.search_runs(
+        [run.info.experiment_id], max_results=10_000, filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+    id_tag = MEMBER_TAG if population else "tune_rl.trial_id"
     found = TrackedResults(Path(shown), [], client=client)
-    for child in sorted(children, key=lambda r: r.data.tags.get("tune_rl.trial_id", "")):
-        trial_id = child.data.tags.get("tune_rl.trial_id")
+    for child in sorted(children, key=lambda r: r.data.tags.get(id_tag, "")):
+        trial_id = child.data.tags.get(id_tag)
         if trial_id is None:
             continue  # a run someone else nested under the search
         found.runs[trial_id] = child.info.run_id
@@ -263,10 +273,25 @@ def _trials(client: Any, run: Any, spec: ExperimentSpec, metric: str, shown: str
         if "training_iteration" in last:  # a count; MLflow keeps every metric as a float
             last["training_iteration"] = int(last["training_iteration"])
         last["trial_id"] = trial_id
+        what = "member" if population else "trial"
+        config = config_of(spec, child.data.params, where=f"{shown} {what} {trial_id}")
+        if population and "seed" in child.data.params:  # a member's own seed (spec.seed_keys.member_seed)
+            config["seed"] = int(child.data.params["seed"])
         found.trials.append(results.TrialRecord(
             trial_id=trial_id, status=STATUSES.get(child.data.tags.get("tune_rl.status", ""), "PENDING"),
-            config=config_of(spec, child.data.params, where=f"{shown} trial {trial_id}"), last_result=last,
-            metric_analysis={}, path="", error_msg=child.data.tags.get("tune_rl.error", "")))
+            config=config, last_result=last, metric_analysis={}, path="",
+            error_msg=child.data.tags.get("tune_rl.error", "")))
+    return found
+
+
+def _member_runs(client: Any, run: Any, spec: ExperimentSpec, shown: str) -> list[Any]:
+    """The runs of a population search's members (tracking.callback), found by the search they belong to."""
+    found = client.search_runs([run.info.experiment_id], max_results=50_000,
+                               filter_string=mlflow_uri.tag_filter(SEARCH_TAG, run.info.run_id))
+    if not found:
+        raise UserError(f"experiment {shown}: search {run.info.run_name} ran population trials (configs_per_trial "
+                        f"{spec.configs_per_trial}) and MLflow holds no run of their members (tune-rl logged none "
+                        f"before this version); read it from its results folder: {_folder_hint(run)}")
     return found
 
 

@@ -172,8 +172,13 @@ class ExperimentSpec:
 
     def trials_text(self) -> str:
         """How much the search trains: `8 trial(s) x 250,000 env steps`, or with seeds per trial `8 trial(s) of 3
-        seeds (iqm) x 250,000 env steps` (each seed takes the budget)."""
+        seeds (iqm) x 250,000 env steps` (each seed takes the budget). A population search counts configs, which
+        its trials hold B at a time: `12 configs, 4 per trial x 8,000 env steps` (num_samples is configs there)."""
         seeds = f" of {self.seeds_per_trial} seeds ({self.seed_aggregate})" if self.seeds_per_trial > 1 else ""
+        if self.configs_per_trial > 1:
+            refill = "" if self.refill else " (no refill)"
+            return (f"{self.num_trials} configs{seeds}, {self.configs_per_trial} per trial{refill} x "
+                    f"{self.budget_env_steps:,} env steps")
         return f"{self.num_trials} trial(s){seeds} x {self.budget_env_steps:,} env steps"
 
     def with_overrides(self, **changes: Any) -> ExperimentSpec:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tune_runner.spec import reserved
+
 AGGREGATES = ("iqm", "mean", "median", "min")
 DEFAULT_AGGREGATE = "iqm"
 PREFIX = "seed_"  # seed i's metrics: seed_<i>/<name>
@@ -60,3 +62,10 @@ def members_of(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
         else:
             row[name] = value
     return {slot: row for slot, row in slots.items() if row.get(ID_PART)}
+
+
+def member_seed(config: Mapping[str, Any], slot: int) -> int:
+    """The first seed of the member in `slot` of a population trial of `config`: the trial's seed plus
+    SEED_STRIDE times the seeds of the slots before it (tune_runner.algos.seeds numbers a batch's seeds so)."""
+    seeds = int(config.get(reserved.SEEDS_KEY, 1) or 1)
+    return int(config.get("seed", 0) or 0) + SEED_STRIDE * slot * seeds

@@ -1,5 +1,14 @@
 """MLflow tracking: one parent run per search, one child run per trial, metrics in batches.
 
+A population trial's members (configs_per_trial, issue 43) get a run each, nested under their trial's run (tag
+`mlflow.parentRunId` the trial's run, `tune_rl.member_id` the member, `tune_rl.search_run_id` the search's parent
+run): named by the member's id, with the trial's params plus the member's own values and seed, its curves (the
+`member_<j>/<name>` of the reports while it held slot j, under plain names) at its own env steps, and ended when
+it leaves its slot (tracking.members) or its trial ends. The trial's run keeps the trial-level params and the plain
+curves (the best member's) and the counts; the `member_<j>/...` keys are not sent twice. What reads a search's
+trials from MLflow looks one level down (the parent's children, tracked._trials, children below): it meets no
+member.
+
 Ray's stock MLflowLoggerCallback sends one request per metric (about a second per
 iteration on SQLite here). We gather each trial's results and send them as one `log_batch`
 at most every FLUSH_EVERY_S, from a thread of our own: on SQLite a write per result cost
@@ -25,10 +34,15 @@ from typing import Any
 
 from ray.tune import Callback
 
+from tune_runner.spec.seed_keys import member_seed
+from tune_runner.tracking.members import Member, Turnover, is_member_key
+
 # client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
 # flat_params too (tune_runner.tracked types a trial's params back with it)
 from tune_runner.tracking.uri import (  # noqa: F401
     MAX_PARAM_LENGTH,
+    MEMBER_TAG,
+    SEARCH_TAG,
     artifact_location,
     client,
     find_parent,
@@ -92,22 +106,27 @@ class MlflowTracking(Callback):
         self.ending = ending
         self.flush_every_s = flush_every_s
         self.runs: dict[str, str] = {}  # trial id -> child run id, filled in by the writer
+        self.member_runs: dict[str, str] = {}  # member id -> its run id (under its trial's), filled in by the writer
         self._client: Any = None
         self._writer = _Writer()
-        self._pending: dict[str, list] = {}  # trial id -> metrics not handed to the writer yet
-        self._held: dict[str, dict[str, tuple[Any, bool]]] = {}  # trial id -> STEPWISE key -> (last point, sent)
+        # Keyed by run: a trial's id, or a member's (`<trial id>-<n>`, never a trial's).
+        self._pending: dict[str, list] = {}  # run key -> metrics not handed to the writer yet
+        self._held: dict[str, dict[str, tuple[Any, bool]]] = {}  # run key -> STEPWISE key -> (last point, sent)
+        self._members: dict[str, Turnover] = {}  # trial id -> its live members (population trials)
         self._flushed = time.monotonic()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # Tune pickles callbacks with the experiment state: no client, thread or unsent metrics.
-        state.update(_client=None, _writer=None, _pending={}, _held={})
+        state.update(_client=None, _writer=None, _pending={}, _held={}, _members={})
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("flush_every_s", FLUSH_EVERY_S)  # pickled by a version before the writer
+        self.__dict__.setdefault("member_runs", {})  # pickled by a version before member runs
         self._writer, self._pending, self._held, self._flushed = _Writer(), {}, {}, time.monotonic()
+        self._members = {}
 
     @property
     def mlflow(self) -> Any:
@@ -115,12 +134,15 @@ class MlflowTracking(Callback):
             self._client = client(self.uri)
         return self._client
 
+    def _chosen(self, trial: Any) -> dict[str, Any]:
+        """The trial's config values its run's params hold: the space's fixed and searched keys."""
+        return {k: trial.config[k] for k in self.logged_keys if k in trial.config}
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.runs or trial.trial_id in self._pending:
             return
-        chosen = {k: trial.config[k] for k in self.logged_keys if k in trial.config}
         self._pending[trial.trial_id] = []
-        self._writer.submit(self._create_run, trial.trial_id, flat_params(chosen))
+        self._writer.submit(self._create_run, trial.trial_id, flat_params(self._chosen(trial)))
 
     def _create_run(self, trial_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -131,14 +153,24 @@ class MlflowTracking(Callback):
         self.mlflow.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        pending = self._pending.get(trial.trial_id)
-        if pending is None:
+        if trial.trial_id not in self._pending:
             if trial.trial_id not in self.runs:  # a trial we never saw start
                 return
-            pending = self._pending[trial.trial_id] = []  # a resumed search's trial, its run known
+            self._pending[trial.trial_id] = []  # a resumed search's trial, its run known
         step = int(result.get("env_steps", result.get("training_iteration", 0)))
-        held = self._held.setdefault(trial.trial_id, {})
-        for metric in metrics_of(result, step=step, now_ms=int(time.time() * 1000)):
+        now_ms = int(time.time() * 1000)
+        if trial.trial_id in self._members or any(is_member_key(key) for key in result):
+            self._track_members(trial, result, step=step, now_ms=now_ms)
+            result = {k: v for k, v in result.items() if not is_member_key(k)}  # the members' runs hold them
+        self._queue(trial.trial_id, metrics_of(result, step=step, now_ms=now_ms))
+        if time.monotonic() - self._flushed >= self.flush_every_s:
+            self._flush()
+
+    def _queue(self, key: str, metrics: list) -> None:
+        """A run's metrics of one result into its pending ones; STEPWISE curves at their changes only."""
+        pending = self._pending.setdefault(key, [])
+        held = self._held.setdefault(key, {})
+        for metric in metrics:
             if not metric.key.startswith(STEPWISE):
                 pending.append(metric)
                 continue
@@ -150,41 +182,100 @@ class MlflowTracking(Callback):
                 pending.append(last)  # the old value's last point: a step in the curve, not a ramp
             pending.append(metric)
             held[metric.key] = (metric, True)
-        if time.monotonic() - self._flushed >= self.flush_every_s:
-            self._flush()
+
+    # ---- a population trial's members ------------------------------------------------------------
+
+    def _track_members(self, trial: Any, result: dict, *, step: int, now_ms: int) -> None:
+        """End the runs of the members that left their slots, start those of the new ones, queue each live
+        member's metrics at its own env steps."""
+        turnover = self._members.setdefault(trial.trial_id, Turnover())
+        started, ended = turnover.update(result, ending=self.ending)
+        for member in ended:
+            self._end_member(member, *self._status_of(member))
+        for member in started:
+            self._start_member(trial, member)
+        for member in turnover.live.values():
+            own = {**member.last, "training_iteration": member.reports}  # its own reports, as a trial's count
+            self._queue(member.id, metrics_of(own, step=int(member.last.get("env_steps", step)), now_ms=now_ms))
+
+    def _status_of(self, member: Member) -> tuple[str, str]:
+        ending = self.ending(member.last)
+        return ("stopped_early" if ending == "stopped_early" else "terminated"), "FINISHED"
+
+    def _start_member(self, trial: Any, member: Member) -> None:
+        self._pending.setdefault(member.id, [])
+        if member.id in self.member_runs:  # a resumed search's member, its run known
+            return
+        params = {**self._chosen(trial), **member.values, "seed": member_seed(trial.config, member.slot)}
+        self._writer.submit(self._create_member_run, trial.trial_id, member.id, member.slot, flat_params(params))
+
+    def _create_member_run(self, trial_id: str, member_id: str, slot: int, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        run = self.mlflow.create_run(self.experiment_id, run_name=member_id, tags={
+            "mlflow.parentRunId": self.runs[trial_id], MEMBER_TAG: member_id, "tune_rl.trial_id": trial_id,
+            "tune_rl.slot": str(slot), SEARCH_TAG: self.parent_run_id, "tune_rl.status": "running"})
+        self.member_runs[member_id] = run.info.run_id
+        self.mlflow.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+
+    def _end_member(self, member: Member, status: str, mlflow_status: str, error: str = "") -> None:
+        self._release_held(member.id)
+        self._flush(only=member.id)
+        self._pending.pop(member.id, None)
+        self._writer.submit(self._end_run, member.id, status, mlflow_status, error)
+
+    def _end_members(self, trial_id: str, *, error: str | None = None) -> None:
+        """A population trial's live members end with it: as their last rows say, or errored with it."""
+        turnover = self._members.pop(trial_id, None)
+        if turnover is None:
+            return
+        for member in turnover.end_all(ending=self.ending):
+            if error is None:
+                self._end_member(member, *self._status_of(member))
+            else:
+                self._end_member(member, "errored", "FAILED", error)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         self._writer.raise_error()
         if time.monotonic() - self._flushed >= self.flush_every_s:
             self._flush()
 
-    def _release_held(self, trial_id: str) -> None:
-        """A trial's held STEPWISE points that were not sent (the ends of their curves) into its pending metrics."""
-        held = self._held.pop(trial_id, {})
+    def _release_held(self, key: str) -> None:
+        """A run's held STEPWISE points that were not sent (the ends of their curves) into its pending metrics."""
+        held = self._held.pop(key, {})
         unsent = [metric for metric, sent in held.values() if not sent]
-        if unsent and trial_id in self._pending:
-            self._pending[trial_id].extend(unsent)
+        if unsent and key in self._pending:
+            self._pending[key].extend(unsent)
 
     def _flush(self, only: str | None = None) -> None:
-        """Hand the gathered metrics (of every trial, or of trial `only`) to the writer."""
-        for trial_id in [only] if only is not None else list(self._pending):
-            metrics = self._pending.get(trial_id)
+        """Hand the gathered metrics (of every run, or of run `only`) to the writer: one log_batch a run."""
+        for key in [only] if only is not None else list(self._pending):
+            metrics = self._pending.get(key)
             for start in range(0, len(metrics or ()), MAX_BATCH):
-                self._writer.submit(self._log_metrics, trial_id, metrics[start:start + MAX_BATCH])
+                self._writer.submit(self._log_metrics, key, metrics[start:start + MAX_BATCH])
             if metrics:
-                self._pending[trial_id] = []
+                self._pending[key] = []
         if only is None:
             self._flushed = time.monotonic()
 
-    def _log_metrics(self, trial_id: str, metrics: list) -> None:
-        self.mlflow.log_batch(self.runs[trial_id], metrics=metrics)
+    def _run_id(self, key: str) -> str:
+        return self.runs[key] if key in self.runs else self.member_runs[key]
+
+    def _log_metrics(self, key: str, metrics: list) -> None:
+        self.mlflow.log_batch(self._run_id(key), metrics=metrics)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        ending = self.ending(trial.last_result or {})
+        # A population trial ends itself once its members have ended (the scheduler stops members, not it): its
+        # last result is its best member's, whose ending is not the trial's.
+        population = trial.trial_id in self._members
+        self._end_members(trial.trial_id)
+        ending = "done" if population else self.ending(trial.last_result or {})
         self._finish(trial, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._finish(trial, "errored", "FAILED", error=last_error_line(trial))
+        error = last_error_line(trial)
+        self._end_members(trial.trial_id, error=error)
+        self._finish(trial, "errored", "FAILED", error=error)
 
     def _finish(self, trial: Any, status: str, mlflow_status: str, *, error: str = "") -> None:
         if trial.trial_id not in self._pending and trial.trial_id not in self.runs:
@@ -194,8 +285,8 @@ class MlflowTracking(Callback):
         self._pending.pop(trial.trial_id, None)
         self._writer.submit(self._end_run, trial.trial_id, status, mlflow_status, error)
 
-    def _end_run(self, trial_id: str, status: str, mlflow_status: str, error: str) -> None:
-        run_id = self.runs[trial_id]
+    def _end_run(self, key: str, status: str, mlflow_status: str, error: str) -> None:
+        run_id = self._run_id(key)
         self.mlflow.set_tag(run_id, "tune_rl.status", status)
         if error:
             self.mlflow.set_tag(run_id, "tune_rl.error", error[:MAX_PARAM_LENGTH])
@@ -203,8 +294,8 @@ class MlflowTracking(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         """Everything sent before Tune returns: the runner reads and closes the runs next."""
-        for trial_id in list(self._held):
-            self._release_held(trial_id)
+        for key in list(self._held):
+            self._release_held(key)
         self._flush()
         self._writer.close()
 
@@ -259,3 +350,9 @@ def children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
     runs = mlflow.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
                               max_results=10_000)
     return {r.data.tags["tune_rl.trial_id"]: r.info.run_id for r in runs if "tune_rl.trial_id" in r.data.tags}
+
+
+def member_children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
+    """member id -> run id of the members of a parent run's trials, so a resumed search's members log on."""
+    runs = mlflow.search_runs([experiment_id], filter_string=tag_filter(SEARCH_TAG, parent), max_results=50_000)
+    return {r.data.tags[MEMBER_TAG]: r.info.run_id for r in runs if MEMBER_TAG in r.data.tags}

@@ -102,12 +102,16 @@ def _newest_search(uri: str) -> DeepLink | None:
 
 def view_of(parent: Any) -> dict[str, Any]:
     """The runs table of a search: its trials (the parent's child runs), best first by the space's
-    metric, with the metric and the searched parameters as columns."""
+    metric, with the metric and the searched parameters as columns. Of a search of population trials, its
+    members' runs instead (tracking.callback): the configs it tried, each with all its searched values, where
+    a trial's run holds only the values its members share."""
     params = parent.data.params
     metric, mode = params.get("metric"), params.get("mode", "max")
     searched = [key.removeprefix(SPACE_PARAM_PREFIX) for key in params if key.startswith(SPACE_PARAM_PREFIX)]
-    view: dict[str, Any] = {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
-                            "selectedColumns": [column("params", name) for name in searched]}
+    population = params.get("configs_per_trial", "1") != "1"
+    runs = mlflow_uri.tag_filter(mlflow_uri.SEARCH_TAG, parent.info.run_id) if population \
+        else f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    view: dict[str, Any] = {"searchFilter": runs, "selectedColumns": [column("params", name) for name in searched]}
     if metric:
         view["selectedColumns"].insert(0, column("metrics", metric))
         view |= {"orderByKey": column("metrics", metric), "orderByAsc": mode == "min"}

@@ -39,6 +39,8 @@ def open_run(mlflow: Any, experiment_id: str, spec: ExperimentSpec, *, name: str
               "budget_env_steps": spec.budget_env_steps, "num_samples": spec.num_samples,
               "metric": spec.metric, "mode": spec.mode}
     params.update({f"space.{p.name}": p.describe() for p in spec.space})
+    if spec.configs_per_trial > 1:  # its configs are members, a run each under their trial's (dashboard_link)
+        params["configs_per_trial"] = spec.configs_per_trial
     limit = mlflow_uri.MAX_PARAM_LENGTH
     mlflow.log_batch(run.info.run_id, params=[Param(k, str(v)[:limit]) for k, v in params.items()])
     log_spec(mlflow, run.info.run_id, spec)

@@ -341,6 +341,12 @@ def _empty_store() -> Path:
     return template
 
 
+# A population trial's member has a run under its trial's (tracking.callback), with these tags beside
+# tune_rl.trial_id: what tells it from a trial's run, and the search it belongs to, two levels up.
+MEMBER_TAG = "tune_rl.member_id"
+SEARCH_TAG = "tune_rl.search_run_id"
+
+
 def find_parent(mlflow: Any, experiment_id: str, *, search_id: str | None, exp_path: Path) -> str | None:
     """The parent run of a search, for a resume: found by the search id saved with it (tune_rl_run.yaml),
     or, for a search saved before ids, by its experiment-path tag."""

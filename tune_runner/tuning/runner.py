@@ -242,6 +242,8 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
     tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
                                       logged_keys=logged, ending=spec.ending)
     tracker.runs.update(children)
+    if children and spec.configs_per_trial > 1:  # a resumed population trial's members log on in their runs
+        tracker.member_runs.update(tracking.member_children(mlflow, exp_id, parent))
     callbacks = [_live_view(spec, out), tracker]
     audit = None
     if population:
