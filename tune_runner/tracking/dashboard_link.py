@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from tune_runner.spec.reserved import MEMBERS_KEY
 from tune_runner.tracking import uri as mlflow_uri
 
 SHARE_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow's own prefix: its UI looks the key up under it
@@ -108,7 +109,7 @@ def view_of(parent: Any) -> dict[str, Any]:
     params = parent.data.params
     metric, mode = params.get("metric"), params.get("mode", "max")
     searched = [key.removeprefix(SPACE_PARAM_PREFIX) for key in params if key.startswith(SPACE_PARAM_PREFIX)]
-    population = params.get("configs_per_trial", "1") != "1"
+    population = params.get(MEMBERS_KEY, "1") != "1"
     runs = mlflow_uri.tag_filter(mlflow_uri.SEARCH_TAG, parent.info.run_id) if population \
         else f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
     view: dict[str, Any] = {"searchFilter": runs, "selectedColumns": [column("params", name) for name in searched]}

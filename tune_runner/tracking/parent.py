@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tune_runner.paths import REPORT_FOLDER, SPEC_FILE
+from tune_runner.spec.reserved import MEMBERS_KEY
 from tune_runner.tracking import uri as mlflow_uri
 
 if TYPE_CHECKING:  # the report's child process imports this module: only what it uses
@@ -40,7 +41,7 @@ def open_run(mlflow: Any, experiment_id: str, spec: ExperimentSpec, *, name: str
               "metric": spec.metric, "mode": spec.mode}
     params.update({f"space.{p.name}": p.describe() for p in spec.space})
     if spec.configs_per_trial > 1:  # its configs are members, a run each under their trial's (dashboard_link)
-        params["configs_per_trial"] = spec.configs_per_trial
+        params[MEMBERS_KEY] = spec.configs_per_trial
     limit = mlflow_uri.MAX_PARAM_LENGTH
     mlflow.log_batch(run.info.run_id, params=[Param(k, str(v)[:limit]) for k, v in params.items()])
     log_spec(mlflow, run.info.run_id, spec)
