@@ -130,12 +130,12 @@ def test_each_seed_steps_as_it_does_alone(env_id):
 
 
 def test_a_restored_seed_continues_exactly_and_an_unfit_state_reseeds():
-    cls, rng = CLASSIC_CONTROL["Acrobot-v1"], np.random.default_rng(1)
+    cls, rng = CLASSIC_CONTROL["CartPole-v1"], np.random.default_rng(1)
     env = TorchSeedEnvs(cls(8), seeds=[3, 1_000_003])
-    for _ in range(700):
-        env.step(rng.integers(0, 3, 8))
+    for _ in range(100):
+        env.step(rng.integers(0, 2, 8))
     saved = env.envs[1].get_state()
-    actions = rng.integers(0, 3, (300, 8))
+    actions = rng.integers(0, 2, (300, 8))  # many resets: each seed's reset counts and keys carry on
     after = [env.step(a) for a in actions]
     other = TorchSeedEnvs(cls(8), seeds=[3, 7])
     assert other.envs[1].set_state(saved, seed=0)
