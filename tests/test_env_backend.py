@@ -1,6 +1,7 @@
 """Our learners on torch envs (issue 44): `env_backend` checked and picked, PPO and DQN trained on one torch env of
-every seed's envs, each seed as it trains alone, checkpoints exact mid-episode, and a user's env with a torch
-version of its own. The dynamics themselves are tests/test_torch_envs.py's."""
+every seed's envs, each seed as it trains alone, checkpoints exact mid-episode, a population's refilled member
+restarting its own block of the one torch env alone, and a user's env with a torch version of its own. The dynamics
+themselves are tests/test_torch_envs.py's."""
 
 from __future__ import annotations
 
@@ -122,6 +123,46 @@ def test_a_checkpoint_on_torch_envs_restores_mid_episode_exactly(algo):
         assert same(original.train_iteration(), restored.train_iteration())
     assert same_weights(original, restored)
     assert np.array_equal(original.env.obs, restored.env.obs)
+
+
+def torch_state(learner, seed: int) -> dict:
+    """Seed `seed`'s block of the learner's one torch env, and its rows of the numpy observations and flags."""
+    part = learner.env.envs[seed]
+    return {**part.env.get_state(part.envs), "obs": torch.as_tensor(learner.env.obs[part.envs]),
+            "resetting": torch.as_tensor(learner.env.resetting[part.envs])}
+
+
+def same_tensors(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+# A population trial's refill (replace_member) on torch envs: every seed's envs are one TorchVectorEnv, so the new
+# member's block must restart as a fresh one-seed learner's envs, and the other blocks (their states, episode
+# clocks, reset counts and noise keys) must not move; the other seeds then train on as if nothing had happened.
+@pytest.mark.parametrize("cls", [PPO, DQN], ids=["ppo", "dqn"])
+def test_a_refilled_member_restarts_its_own_torch_envs_and_no_others(cls):
+    small = small_ppo if cls is PPO else small_dqn
+    config = small(env_backend="torch", num_seeds=3, population={"lr": [1e-3, 2e-3, 3e-3]})
+    together, untouched = cls(config, env_id="CartPole-v1"), cls(config, env_id="CartPole-v1")
+    for _ in range(2):
+        together.train_iteration()
+        untouched.train_iteration()
+    before = [torch_state(together, i) for i in range(3)]
+    assert (before[1]["elapsed"] > 0).any() and (before[1]["resets"] > 0).any()  # mid-run: a restart shows
+    together.replace_member(1, {"lr": 5e-4})
+    fresh = cls(together.config.member(1), env_id="CartPole-v1")
+    assert same_tensors(torch_state(together, 1), torch_state(fresh, 0))  # its envs: a fresh learner's, exactly
+    assert (torch_state(together, 1)["elapsed"] == 0).all() and not torch_state(together, 1)["resetting"].any()
+    for i in (0, 2):
+        assert same_tensors(torch_state(together, i), before[i]), f"seed {i}'s envs moved"
+    result, theirs, own = together.train_iteration(), untouched.train_iteration(), fresh.train_iteration()
+    for i in (0, 2):
+        for key in ("env_steps", "episodes", "episode_return_mean"):
+            assert result[f"seed_{i}/{key}"] == pytest.approx(theirs[f"seed_{i}/{key}"], nan_ok=True), (i, key)
+        assert same_tensors(torch_state(together, i), torch_state(untouched, i)), f"seed {i} went another way"
+    assert (result["seed_1/env_steps"], result["seed_1/episodes"]) == (own["env_steps"], own["episodes"])
+    if cls is PPO:  # DQN's refilled seed meets the iteration's rounds at another phase (tests/test_population.py)
+        assert same_tensors(torch_state(together, 1), torch_state(fresh, 0))
 
 
 class CorridorTorch(TorchVectorEnv):
