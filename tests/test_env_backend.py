@@ -215,3 +215,24 @@ def test_a_users_env_registers_a_torch_version_that_our_learners_train_on():
     register_env("TuneRlTorchCorridor-v0")(Corridor)  # registered again without one: it has none
     with pytest.raises(ValueError, match="TuneRlTorchCorridor-v0 has no torch version"):
         PPO(small_ppo(env_backend="torch"), env_id="TuneRlTorchCorridor-v0")
+
+
+def test_preflight_lets_a_users_torch_env_through_and_refuses_it_once_registered_without_one(tmp_path):
+    """The refusal of env_backend torch before launch (tests/bad_inputs/env_backend_*) asks the registry, not a
+    list of ours: a user's env with a torch version passes; auto never asks for one."""
+    from tune_runner.errors import UserError
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.trainables import env_check
+    from tune_runner.trainables.catalog import backend
+
+    space = tmp_path / "corridor.yaml"
+    space.write_text("trainable: ppo\nenv: TuneRlTorchCorridorCheck-v0\nenv_config: {length: 4}\n"
+                     "budget: {env_steps: 1000}\nfixed: {env_backend: torch}\nspace:\n"
+                     "  lr: {loguniform: [1.0e-4, 1.0e-2]}\n")
+    register_env("TuneRlTorchCorridorCheck-v0", torch_env=CorridorTorch)(Corridor)
+    env_check.check_env(load_spec(str(space)), backend("ppo"))
+    register_env("TuneRlTorchCorridorCheck-v0")(Corridor)
+    with pytest.raises(UserError, match=r"corridor.yaml: fixed.env_backend: torch: TuneRlTorchCorridorCheck-v0 has "
+                                        r"no torch version .*register one with @register_env"):
+        env_check.check_env(load_spec(str(space)), backend("ppo"))
+    env_check.check_env(load_spec(str(space), overrides=["env_backend=auto"]), backend("ppo"))

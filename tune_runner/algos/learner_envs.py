@@ -112,20 +112,21 @@ def torch_env_ids() -> list[str]:
     return sorted({*TORCH_CLASSIC_CONTROL, *TORCH_ENVS})
 
 
-def env_backend_refusal(env_id: str, env_config: Mapping[str, Any] | None) -> str | None:
-    """Why `env_id` with `env_config` cannot run as a torch env (one line), or None when it can."""
+def env_backend_refusal(env_id: str, env_config: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """Why `env_id` with `env_config` cannot run as a torch env and the fix, or None when it can. Apart, as a
+    searched env_backend's refusal (tune_runner.trainables.env_check) gives another fix: drop that choice."""
     from tune_runner.plugins.envs import TORCH_ENVS
 
     if env_id in TORCH_ENVS:
         return None  # a user's torch env takes its env_config as it likes
     if env_id not in TORCH_CLASSIC_CONTROL:
-        return (f"{env_id} has no torch version (the envs with one: {', '.join(torch_env_ids())}); set env_backend: "
-                f"gymnasium or auto, or register one with @register_env({env_id!r}, torch_env=...)")
+        return (f"{env_id} has no torch version (the envs with one: {', '.join(torch_env_ids())})",
+                f"set env_backend: gymnasium or auto, or register one with @register_env({env_id!r}, torch_env=...)")
     taken = {*TORCH_CLASSIC_CONTROL[env_id], "max_episode_steps"}
     unknown = sorted(set(env_config or {}) - taken)
     if unknown:
-        return (f"the torch {env_id} takes the env_config keys {sorted(taken)}, got {unknown}; drop them or set "
-                f"env_backend: gymnasium")
+        return (f"the torch {env_id} takes the env_config keys {sorted(taken)}, got {unknown}",
+                "drop them or set env_backend: gymnasium")
     return None
 
 
@@ -138,7 +139,7 @@ def pick_env_backend(env_id: str, *, backend: str, device: str, env_config: Mapp
         raise ValueError(unknown_name("env_backend", backend, ENV_BACKENDS))
     refusal = env_backend_refusal(env_id, env_config)
     if backend == "torch" and refusal:
-        raise ValueError(f"env_backend torch: {refusal}")
+        raise ValueError(f"env_backend torch: {'; '.join(refusal)}")
     if backend == "auto":
         on_gpu = str(device).startswith("cuda")
         return "torch" if on_gpu and refusal is None and vectorize_mode is None else "gymnasium"
