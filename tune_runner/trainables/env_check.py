@@ -61,16 +61,18 @@ def torch_backend_problem(spec: ExperimentSpec, trainable: Backend, env_config: 
     config of its own may mean something else by the name: not ours to judge."""
     from tune_runner.algos.config import LearnerConfig
     from tune_runner.algos.learner_envs import env_backend_refusal
-    from tune_runner.trainables import agents
+    from tune_runner.plugins import AGENTS
+    from tune_runner.trainables.agents import CONFIGS, config_class
     from tune_runner.trainables.backends import OwnBackend
 
-    if not isinstance(trainable, OwnBackend):
-        return None
-    settings = agents.config_class(trainable.name)
-    if not (isinstance(settings, type) and issubclass(settings, LearnerConfig)):
-        return None
     searched = next((p for p in spec.space if p.name == "env_backend"), None)
     if not ("torch" in searched.extremes() if searched else spec.fixed.get("env_backend") == "torch"):
+        return None
+    if not isinstance(trainable, OwnBackend):
+        return None
+    name = trainable.name  # an agent's config class as it declares it: its other checks are not this one's
+    settings = config_class(name) if name in CONFIGS else getattr(AGENTS.get(name), "config_class", None)
+    if not (isinstance(settings, type) and issubclass(settings, LearnerConfig)):
         return None
     refusal = env_backend_refusal(spec.env, env_config)
     if refusal is None:
