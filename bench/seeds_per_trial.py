@@ -13,10 +13,13 @@ solve_cartpole.py's OUR_PPO and OUR_DQN.
     .venv/bin/python bench/seeds_per_trial.py --algo dqn                  # OUR_DQN
     python3 bench/seeds_per_trial.py --device cuda --ks 1 256             # on a GPU (issue 16)
     .venv/bin/python bench/seeds_per_trial.py --ks 1 8 --population       # K seeds of K configs, against one config
+    .venv/bin/python bench/seeds_per_trial.py --ks 1 8 --env-backend gymnasium torch   # the envs' backends compared
 
 With `--population` each K > 1 also runs as a population (`PPOConfig.population` / `DQNConfig.population`): the
 K seeds spread around the config's values (`spread`), timed in the same repetitions; printed is its wall against
-the same K seeds of one config.
+the same K seeds of one config. With several `--env-backend`s (issue 44: gymnasium's envs on the host, or torch envs
+on the learner's device) each K runs on each, in the same repetitions; printed is a table per backend and each
+backend's wall against the first's.
 """
 
 from __future__ import annotations
@@ -70,13 +73,14 @@ def spread(values: dict[str, Any], *, algo: str, num_seeds: int) -> dict[str, li
 
 
 def run(values: dict[str, Any], *, algo: str, num_seeds: int, seed: int, iterations: int,
-        device: str = "cpu", population: bool = False) -> dict[str, float]:
+        device: str = "cpu", population: bool = False, env_backend: str = "auto") -> dict[str, float]:
     """Wall and CPU seconds of `iterations` training iterations of a `num_seeds`-seed learner on `device` (with
     `population`, its seeds spread around the config's values)."""
     learner_class, config_class = ALGOS[algo][:2]
     members = {"population": spread(values, algo=algo, num_seeds=num_seeds)} if population else {}
-    learner = learner_class(config_class.from_dict({**values, "num_seeds": num_seeds, "seed": seed, **members}),
-                            env_id="CartPole-v1", device=device)
+    config = config_class.from_dict({**values, "num_seeds": num_seeds, "seed": seed, "env_backend": env_backend,
+                                     **members})
+    learner = learner_class(config, env_id="CartPole-v1", device=device)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(iterations):
         result = learner.train_iteration()
@@ -117,8 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per K (default 5)")
     parser.add_argument("--iterations", type=int, default=4, help="training iterations per run (default 4)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="where the networks run (the envs always step on the CPU); cuda: one untimed warm-up "
-                             "iteration per K first, for CUDA's start-up and kernel loading")
+                        help="where the networks run (and torch envs, --env-backend torch); cuda: one untimed "
+                             "warm-up iteration per K first, for CUDA's start-up and kernel loading")
+    parser.add_argument("--env-backend", nargs="+", default=["auto"], choices=["auto", "gymnasium", "torch"],
+                        help="the learners' env_backend; several: each K on each, compared (default auto)")
     parser.add_argument("--population", action="store_true",
                         help="also run each K > 1 as a population of K configs (spread), against the same K seeds")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
@@ -142,21 +148,32 @@ def main() -> None:
     print(f"{args.algo} config: {json.dumps(values)}; {args.iterations} iterations, about "
           f"{args.iterations * per_iteration} env steps per seed; {args.reps} repetitions; "
           f"torch threads: {torch.get_num_threads()}; device: {describe(args.device)}")
+    backends = list(dict.fromkeys(args.env_backend))
     if args.device == "cuda":
         for k in args.ks:
-            run(values, algo=args.algo, num_seeds=k, seed=99, iterations=1, device="cuda")
-    runs: dict[int, list[dict[str, float]]] = {k: [] for k in args.ks}
+            for backend in backends:
+                run(values, algo=args.algo, num_seeds=k, seed=99, iterations=1, device="cuda", env_backend=backend)
+    by_backend: dict[str, dict[int, list[dict[str, float]]]] = {b: {k: [] for k in args.ks} for b in backends}
+    runs = by_backend[backends[0]]
     populations: dict[int, list[dict[str, float]]] = {k: [] for k in args.ks if args.population and k > 1}
     for rep in range(args.reps):
         for k in args.ks:
-            runs[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep, iterations=args.iterations,
-                               device=args.device))
+            for backend in backends:
+                by_backend[backend][k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep,
+                                                  iterations=args.iterations, device=args.device, env_backend=backend))
             if k in populations:
                 populations[k].append(run(values, algo=args.algo, num_seeds=k, seed=100 + rep,
-                                          iterations=args.iterations, device=args.device, population=True))
-        print(f"repetition {rep + 1}/{args.reps}: " + ", ".join(f"K={k} {runs[k][-1]['wall']:.2f}s" for k in args.ks),
-              flush=True)
-    print("\n".join(table(runs)))
+                                          iterations=args.iterations, device=args.device, population=True,
+                                          env_backend=backends[0]))
+        print(f"repetition {rep + 1}/{args.reps}: " + ", ".join(
+            f"K={k} {b} {by_backend[b][k][-1]['wall']:.2f}s" for k in args.ks for b in backends), flush=True)
+    for backend in backends:
+        print(f"\nenv_backend {backend}:" if len(backends) > 1 else "")
+        print("\n".join(table(by_backend[backend])))
+    walls = {b: {k: statistics.median(r["wall"] for r in rs) for k, rs in by_backend[b].items()} for b in backends}
+    for backend in backends[1:]:
+        print(f"\n{backend} / {backends[0]} wall: " + ", ".join(
+            f"K={k} {walls[backend][k] / walls[backends[0]][k]:.2f}" for k in args.ks))
     for k, rs in populations.items():
         wall, alike = statistics.median(r["wall"] for r in rs), statistics.median(r["wall"] for r in runs[k])
         print(f"K={k} as a population of {k} configs: {wall:.3f} s, {wall / alike:.2f}x the same seeds of one config")

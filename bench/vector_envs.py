@@ -1,6 +1,6 @@
-"""Env steps/s of our PPO's sampling with its envs in worker processes (`processes`, issue 18) and, where it is
-installed and has the env, in EnvPool's C++ threads (`envpool`), against the same envs stepped in the learner's
-process (`sync`), in the same run, for envs without a numpy-vectorized version.
+"""Env steps/s of our PPO's sampling with its envs in worker processes (`processes`, issue 18), where it is
+installed and has the env in EnvPool's C++ threads (`envpool`), and where the env has one as a torch env on the CPU
+(`env_backend: torch`, issue 44), against the same envs stepped in the learner's process (`sync`), in the same run.
 
     .venv/bin/python bench/vector_envs.py [--repeats 5] [--steps 16384] [--workers 2] [--envs Acrobot-v1 ...]
 
@@ -24,7 +24,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-ENVS = ("Acrobot-v1", "MountainCar-v0", "MinAtar/Breakout-v1", "LunarLander-v3", "bench/Sim-200us", "bench/Sim-1ms")
+ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MinAtar/Breakout-v1", "LunarLander-v3", "bench/Sim-200us",
+        "bench/Sim-1ms")
 
 
 class Simulator(gym.Env):
@@ -57,8 +58,9 @@ CONFIG = {"num_envs_per_env_runner": 16, "train_batch_size": 2048, "minibatch_si
 def measure(env_id: str, *, mode: str, workers: int, steps: int) -> float:
     from tune_runner.algos import PPO, PPOConfig
 
-    learner = PPO(PPOConfig.from_dict({**CONFIG, "gym_env_vectorize_mode": mode, "num_env_processes": workers}),
-                  env_id=env_id)
+    envs = {"env_backend": "torch"} if mode == "torch" else {"gym_env_vectorize_mode": mode,
+                                                              "num_env_processes": workers}
+    learner = PPO(PPOConfig.from_dict({**CONFIG, **envs}), env_id=env_id)
     try:
         learner.collect(CONFIG["train_batch_size"])
         start, done = time.perf_counter(), 0
@@ -80,28 +82,32 @@ def main() -> None:
     print(f"{CONFIG['num_envs_per_env_runner']} envs; processes mode with {args.workers} workers; medians of "
           f"{args.repeats} repetitions of {args.steps:,} env steps\n")
     from tune_runner.algos.envpool_envs import envpool_has
-    from tune_runner.algos.learner_envs import default_vectorize_mode
+    from tune_runner.algos.learner_envs import default_vectorize_mode, env_backend_refusal
 
     print("| env | sync env steps/s | processes env steps/s | processes / sync | envpool env steps/s | envpool / sync "
-          "| picked by default |")
-    print("|:--|--:|--:|--:|--:|--:|:--|")
+          "| torch env steps/s | torch / sync | picked by default |")
+    print("|:--|--:|--:|--:|--:|--:|--:|--:|:--|")
     for env_id in args.envs:
         runs: dict[str, list[float]] = {"sync": [], "processes": []}
         if envpool_has(env_id, {}):
             runs["envpool"] = []
+        if env_backend_refusal(env_id, {}) is None:
+            runs["torch"] = []
         try:
             for _ in range(args.repeats):
                 for mode in runs:
                     runs[mode].append(measure(env_id, mode=mode, workers=args.workers, steps=args.steps))
         except Exception as exc:  # noqa: BLE001 - an env this machine cannot build: say so, go on
-            print(f"| {env_id} | skipped: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:80]} | | | | | |")
+            why = str(exc).strip().splitlines()[0][:80]
+            print(f"| {env_id} | skipped: {type(exc).__name__}: {why} | | | | | | | |")
             continue
         sps = {mode: statistics.median(values) for mode, values in runs.items()}
         envpool = (f"{sps['envpool']:,.0f} | {sps['envpool'] / sps['sync']:.2f}" if "envpool" in sps
                    else "not installed or no such env | ")
+        torch_envs = f"{sps['torch']:,.0f} | {sps['torch'] / sps['sync']:.2f}" if "torch" in sps else "no torch env | "
         picked = default_vectorize_mode(env_id, processes=args.workers, num_envs=CONFIG["num_envs_per_env_runner"])
         print(f"| {env_id} | {sps['sync']:,.0f} | {sps['processes']:,.0f} | {sps['processes'] / sps['sync']:.2f} | "
-              f"{envpool} | {picked} |")
+              f"{envpool} | {torch_envs} | {picked} |")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def test_bad_space_file(path, cli, untouched):
     # An unknown flag is judged against the command's own flags: a name it begins, the same name with - for _, a
     # close spelling, or, for a space's key, --set; never a far guess from another command (--env: --open once)
     (["train", "--env", "Pendulum-v1"],
-     ["unrecognized arguments: --env Pendulum-v1; did you mean --env_name? (see tune-rl train --help)"]),
+     ["unrecognized arguments: --env Pendulum-v1; did you mean --env_name or --env_backend? (see tune-rl train "
+      "--help)"]),
     (["search", "--space", "ppo_small", "--mlflow_uri", "x"], ["--mlflow_uri x; did you mean --mlflow-uri?"]),
     # Box-action settings on another action space would change nothing: ppo_pendulum's gSDE and log_std_init
     (["search", "--space", "ppo_pendulum", "--set", "env=CartPole-v1"],

@@ -17,7 +17,7 @@ from tests.conftest import HERE
 from tests.test_bad_inputs import expected
 
 CORPUS = ["env_config_unknown_kwarg", "env_config_unknown_kwarg_rllib", "env_dqn_continuous_actions",
-          "env_rllib_dqn_continuous_actions", "env_ppo_discrete_observations"]
+          "env_rllib_dqn_continuous_actions", "env_ppo_discrete_observations", "env_backend_torch_no_torch_env"]
 
 # A searched env_config key with one bad value, on envs gymnasium ships (no plug-in file is read).
 CORNERS = {

@@ -56,6 +56,10 @@ class LearnerConfig:
     gym_env_vectorize_mode: str | None = None
     """sync, async (gymnasium's: a process per env), processes (num_env_processes workers), vector_entry_point or
     envpool; None picks the fastest (tune_runner.algos.learner_envs.default_vectorize_mode)."""
+    env_backend: str = "auto"
+    """gymnasium (the env's own code, stepped on the host), torch (the env as tensors on the learner's device: the
+    classic control ids and envs registered with a torch_env), or auto: torch where the env has a torch version and
+    the learner's device is a GPU, else gymnasium."""
     num_env_processes: int | None = None
     """Worker processes (`processes` mode, each its share of the envs) or EnvPool threads stepping each seed's envs;
     None: in a trial, its CPUs shared among its seeds (tune_runner.trainables.agents), else 1."""

@@ -82,12 +82,18 @@ def check_unit(config: Any, *names: str, allow_zero: bool = True) -> None:
 
 
 def check_vector_env(config: Any) -> None:
-    """ValueError naming gym_env_vectorize_mode or num_env_processes when either is not one we can run."""
+    """ValueError naming env_backend, gym_env_vectorize_mode or num_env_processes when one is not one we can run."""
     from tune_runner.algos.envpool_envs import envpool_refusal
-    from tune_runner.algos.learner_envs import VECTORIZE_MODES
+    from tune_runner.algos.learner_envs import ENV_BACKENDS, VECTORIZE_MODES
 
     name = type(config).__name__
+    if config.env_backend not in ENV_BACKENDS:
+        raise ValueError(unknown_name(f"{name}.env_backend", config.env_backend, ENV_BACKENDS))
     mode = config.gym_env_vectorize_mode
+    if config.env_backend == "torch" and mode is not None:
+        raise ValueError(f"{name}.env_backend torch steps the envs as tensors, and gym_env_vectorize_mode={mode!r} "
+                         f"picks how gymnasium's are stepped; unset gym_env_vectorize_mode, or set env_backend: "
+                         f"gymnasium")
     if mode is not None and mode not in VECTORIZE_MODES:
         raise ValueError(unknown_name(f"{name}.gym_env_vectorize_mode", mode, VECTORIZE_MODES))
     refusal = envpool_refusal(None, {}) if mode == "envpool" else None  # which env is not known here

@@ -33,8 +33,9 @@ from tune_runner.algos import batched
 from tune_runner.algos.common import Rngs, scheduled, to_tensor
 from tune_runner.algos.config import DQNConfig
 from tune_runner.algos.distributions import masked_logits
+from tune_runner.algos.env_backend import make_seed_envs
 from tune_runner.algos.learner import Replay, SeedLearnerBase
-from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, split_obs
+from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.qnetwork import QNetwork, dqn_targets, q_networks, td_loss
 from tune_runner.algos.replay import NStepAccumulator, SeedReplay
@@ -101,11 +102,10 @@ class DQN(SeedLearnerBase):
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
-                                                        num_envs=config.num_envs_per_env_runner,
-                                                        vectorize_mode=config.gym_env_vectorize_mode,
-                                                        processes=config.num_env_processes or 1)
-                                           for seed in self.seeds])
+        self.env = env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
+                                        num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
+                                        vectorize_mode=config.gym_env_vectorize_mode,
+                                        processes=config.num_env_processes or 1)
         if env.actions.kind != "Discrete":
             env.close()
             got = f"a {env.actions.kind} of {env.actions.size if env.continuous else len(env.nvec)} number(s)"

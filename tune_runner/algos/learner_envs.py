@@ -27,6 +27,11 @@ from tune_runner.algos.vector_envs import NUMPY_VECTOR_ENVS, joint_step, numpy_v
 from tune_runner.errors import unknown_name
 
 VECTORIZE_MODES = ("sync", "async", "processes", "vector_entry_point", "envpool")  # gym_env_vectorize_mode
+ENV_BACKENDS = ("auto", "gymnasium", "torch")  # env_backend
+# The ids with a torch version of ours (tune_runner.algos.classic_control), and the env_config keys it takes
+TORCH_CLASSIC_CONTROL = {"CartPole-v1": ("sutton_barto_reward",), "Acrobot-v1": (),
+                         "MountainCar-v0": ("goal_velocity",), "MountainCarContinuous-v0": ("goal_velocity",),
+                         "Pendulum-v1": ("g",)}
 
 
 class Step(NamedTuple):
@@ -98,6 +103,47 @@ def make_vec_env(env_id: str, *, env_config: Mapping[str, Any] | None, num_envs:
         raise ValueError(f"{env_id}: our learners need NEXT_STEP autoreset, but the env uses {autoreset}")
     return VecEnv(env, make=lambda: gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs),
                   seed=seed)
+
+
+def torch_env_ids() -> list[str]:
+    """Every env id with a torch version: ours and those registered with `register_env(..., torch_env=...)`."""
+    from tune_runner.plugins.envs import TORCH_ENVS
+
+    return sorted({*TORCH_CLASSIC_CONTROL, *TORCH_ENVS})
+
+
+def env_backend_refusal(env_id: str, env_config: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """Why `env_id` with `env_config` cannot run as a torch env and the fix, or None when it can. Apart, as a
+    searched env_backend's refusal (tune_runner.trainables.env_check) gives another fix: drop that choice."""
+    from tune_runner.plugins.envs import TORCH_ENVS
+
+    if env_id in TORCH_ENVS:
+        return None  # a user's torch env takes its env_config as it likes
+    if env_id not in TORCH_CLASSIC_CONTROL:
+        return (f"{env_id} has no torch version (the envs with one: {', '.join(torch_env_ids())})",
+                f"set env_backend: gymnasium or auto, or register one with @register_env({env_id!r}, torch_env=...)")
+    taken = {*TORCH_CLASSIC_CONTROL[env_id], "max_episode_steps"}
+    unknown = sorted(set(env_config or {}) - taken)
+    if unknown:
+        return (f"the torch {env_id} takes the env_config keys {sorted(taken)}, got {unknown}",
+                "drop them or set env_backend: gymnasium")
+    return None
+
+
+def pick_env_backend(env_id: str, *, backend: str, device: str, env_config: Mapping[str, Any] | None = None,
+                     vectorize_mode: str | None = None) -> str:
+    """`gymnasium` or `torch` for env_backend `backend`: auto is torch where the env has a torch version (that takes
+    this env_config), the device is a GPU and no gym_env_vectorize_mode is asked for; a ValueError where `torch` is
+    asked for and the env has none."""
+    if backend not in ENV_BACKENDS:
+        raise ValueError(unknown_name("env_backend", backend, ENV_BACKENDS))
+    refusal = env_backend_refusal(env_id, env_config)
+    if backend == "torch" and refusal:
+        raise ValueError(f"env_backend torch: {'; '.join(refusal)}")
+    if backend == "auto":
+        on_gpu = str(device).startswith("cuda")
+        return "torch" if on_gpu and refusal is None and vectorize_mode is None else "gymnasium"
+    return backend
 
 
 def split_obs(obs: Any) -> tuple[np.ndarray, np.ndarray | None]:

@@ -52,8 +52,9 @@ from tune_runner.algos.distributions import (
     segments_gather,
     segments_log_softmax,
 )
+from tune_runner.algos.env_backend import make_seed_envs
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
-from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, split_obs
+from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.optim import SeedAdam
@@ -96,10 +97,10 @@ class PPO(SeedLearnerBase):
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
         self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed,
-                                                  num_envs=config.num_envs_per_env_runner,
-                                                  vectorize_mode=config.gym_env_vectorize_mode,
-                                                  processes=config.num_env_processes or 1) for seed in self.seeds])
+        self.env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
+                                  num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
+                                  vectorize_mode=config.gym_env_vectorize_mode,
+                                  processes=config.num_env_processes or 1)
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.pi, self.vf = self._networks()
         params = [*self.pi.parameters(), *self.vf.parameters()]

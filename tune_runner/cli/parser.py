@@ -72,7 +72,8 @@ def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> arg
 
 def _flag_near(word: str, flags: Sequence[str]) -> str | None:
     """The flag `word` was meant as, by its name with - and _ alike: the same name (--seeds_per_trial), the one
-    flag it begins (--env for --env_name), else a close spelling (--num-sample). None rather than a far guess."""
+    flag it begins (--env for --env_name; two or three: each, --env_name or --env_backend), else a close spelling
+    (--num-sample). None rather than a far guess."""
     def name(flag: str) -> str:
         return flag.lstrip("-").replace("_", "-").lower()
 
@@ -81,8 +82,8 @@ def _flag_near(word: str, flags: Sequence[str]) -> str | None:
     if wanted in names:
         return names[wanted]
     begun = [flag for key, flag in names.items() if key.startswith(wanted + "-")]
-    if len(begun) == 1:
-        return begun[0]
+    if 1 <= len(begun) <= 3:
+        return " or ".join(begun)
     found = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.75)
     return names[found[0]] if found else None
 

@@ -27,6 +27,7 @@ T = TypeVar("T")
 _CONFIG_PARAMS = ("env_config", "config")
 
 ENVS: Registry[EnvFactory] = Registry("environment")
+TORCH_ENVS: dict[str, type] = {}  # env name -> its torch version (tune_runner.algos.torch_envs.TorchVectorEnv)
 
 _UNSHIPPED: dict[str, EnvFactory] = {}  # envs registered while a plug-in file was read, not yet sent to Ray
 _reading = False  # True while a plug-in file runs (held_from_ray): its register_env leaves Ray for ship_envs
@@ -159,7 +160,7 @@ def _init_style(cls: type) -> str:
     return "kwargs"
 
 
-def register_env(name: str) -> Callable[[T], T]:
+def register_env(name: str, *, torch_env: type | None = None) -> Callable[[T], T]:
     """Register an environment under `name` with gymnasium, Ray Tune and tune-rl; returns it unchanged.
 
     Accepts:
@@ -175,10 +176,17 @@ def register_env(name: str) -> Callable[[T], T]:
     Then `gymnasium.make(name, **env_config)`, `gymnasium.make_vec(name, ...)` and RLlib's
     `env=name` all build it (inside a plug-in file read by `load_plugins`, RLlib's once
     `ship_to_ray` has run). A name registered by a different definition is a ValueError.
+
+    `torch_env`: the same env as tensors, a subclass of tune_runner.algos.torch_envs.TorchVectorEnv built as
+    `torch_env(num_envs, device=..., **env_config)`; our learners step it with `env_backend: torch` (and `auto`
+    on a GPU).
     """
     gym_id_ok = isinstance(name, str) and re.fullmatch(r"[\w:.-]+", name)
     if not gym_id_ok:
         raise ValueError(f"register_env: an env name is letters, digits and _ : . - (a gymnasium id), got {name!r}")
+    if torch_env is not None and not isinstance(torch_env, type):
+        raise ValueError(f"register_env({name!r}, torch_env={torch_env!r}): torch_env is a class (a subclass of "
+                         f"tune_runner.algos.torch_envs.TorchVectorEnv), got a {type(torch_env).__name__}")
 
     def decorate(target: T) -> T:
         import gymnasium as gym
@@ -194,6 +202,10 @@ def register_env(name: str) -> Callable[[T], T]:
         else:
             register_with_ray(factory)
         ENVS.register(name, factory)
+        if torch_env is None:
+            TORCH_ENVS.pop(name, None)
+        else:
+            TORCH_ENVS[name] = torch_env
         gym.envs.registry.pop(name, None)  # ours, registered again: replace it without gymnasium's warning
         gym.register(id=name, entry_point=factory)
         return target

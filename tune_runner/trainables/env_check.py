@@ -49,6 +49,38 @@ def check_env(spec: ExperimentSpec, trainable: Backend) -> None:
                                                or idle_settings(spec, spaces))
         if problem:
             raise UserError(f"{spec.source}: {problem}" if corner is None else f"{spec.source}: {corner}: {problem}")
+        problem = torch_backend_problem(spec, trainable, env_config)
+        if problem:
+            raise UserError(f"{spec.source}: {problem}" if corner is None else f"{spec.source}: {corner}: {problem}")
+
+
+def torch_backend_problem(spec: ExperimentSpec, trainable: Backend, env_config: dict[str, Any]) -> str | None:
+    """Our learners' env_backend torch, fixed or a choice of the space, for an env with no torch version (or one
+    that does not take this env_config): the key, the value, why and the fix. The learner would refuse it only in
+    each trial's first seconds, after Ray, the results folder and the MLflow run exist. A user's agent with a
+    config of its own may mean something else by the name: not ours to judge."""
+    from tune_runner.algos.config import LearnerConfig
+    from tune_runner.algos.learner_envs import env_backend_refusal
+    from tune_runner.plugins import AGENTS
+    from tune_runner.trainables.agents import CONFIGS, config_class
+    from tune_runner.trainables.backends import OwnBackend
+
+    searched = next((p for p in spec.space if p.name == "env_backend"), None)
+    if not ("torch" in searched.extremes() if searched else spec.fixed.get("env_backend") == "torch"):
+        return None
+    if not isinstance(trainable, OwnBackend):
+        return None
+    name = trainable.name  # an agent's config class as it declares it: its other checks are not this one's
+    settings = config_class(name) if name in CONFIGS else getattr(AGENTS.get(name), "config_class", None)
+    if not (isinstance(settings, type) and issubclass(settings, LearnerConfig)):
+        return None
+    refusal = env_backend_refusal(spec.env, env_config)
+    if refusal is None:
+        return None
+    why, fix = refusal
+    if searched:
+        return f"{Corner('env_backend', 'torch', 'a choice')}: {why}; drop that choice"
+    return f"fixed.env_backend: torch: {why}; {fix}"
 
 
 def idle_settings(spec: ExperimentSpec, spaces: Spaces) -> str | None:
