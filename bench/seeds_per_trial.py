@@ -14,6 +14,10 @@ solve_cartpole.py's OUR_PPO and OUR_DQN.
     python3 bench/seeds_per_trial.py --device cuda --ks 1 256             # on a GPU (issue 16)
     .venv/bin/python bench/seeds_per_trial.py --ks 1 8 --population       # K seeds of K configs, against one config
     .venv/bin/python bench/seeds_per_trial.py --ks 1 8 --env-backend gymnasium torch   # the envs' backends compared
+    .venv/bin/python bench/seeds_per_trial.py --config ppo_small --ks 1 8 16 --population   # issue 43's trials
+
+`--config ppo_small` trains search_spaces/ppo_small.yaml's trials instead (`PPO_SMALL`: its ppo settings, and the
+middle of its space): the population search of issue 43 trains B of them as one learner of B seeds.
 
 With `--population` each K > 1 also runs as a population (`PPOConfig.population` / `DQNConfig.population`): the
 K seeds spread around the config's values (`spread`), timed in the same repetitions; printed is its wall against
@@ -43,6 +47,11 @@ HERE = Path(__file__).resolve().parent
 TARGET_K = 8
 ALGOS = {"ppo": (PPO, PPOConfig, "OUR_PPO", 2.0), "dqn": (DQN, DQNConfig, "OUR_DQN", 3.0)}
 """--algo: (learner, config class, its config in solve_cartpole.py, target ratio of K = 8 to K = 1)."""
+PPO_SMALL = {"lr": 3.5e-3, "num_epochs": 5, "minibatch_size": 512, "gamma": 0.99, "lambda": 0.925,
+             "num_envs_per_env_runner": 32, "train_batch_size": 1024, "vf_clip_param": None}
+"""--config ppo_small: search_spaces/ppo_small.yaml's fixed ppo settings and the middle of its space (lr
+loguniform 2e-3..6e-3, num_epochs 4..6, minibatch_size 512 or 1024, gamma 0.99 or 0.995, lambda_ 0.9..0.95);
+fcnet_hiddens stays the default 64x64."""
 
 
 def ours(algo: str) -> dict[str, Any]:
@@ -127,9 +136,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the learners' env_backend; several: each K on each, compared (default auto)")
     parser.add_argument("--population", action="store_true",
                         help="also run each K > 1 as a population of K configs (spread), against the same K seeds")
+    parser.add_argument("--config", choices=["ours", "ppo_small"], default="ours",
+                        help="ours (default): solve_cartpole.py's OUR_PPO / OUR_DQN; ppo_small: PPO_SMALL (ppo only)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                         help="override one of the config's settings, e.g. --set minibatch_size=128")
     args = parser.parse_args(argv)
+    if args.config == "ppo_small" and args.algo != "ppo":
+        parser.error("--config ppo_small is a ppo config; drop --algo dqn")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this torch sees no CUDA GPU (torch.cuda.is_available() is False); "
                      "use --device cpu")
@@ -140,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
-    values, target = ours(args.algo), ALGOS[args.algo][3]
+    values, target = dict(PPO_SMALL) if args.config == "ppo_small" else ours(args.algo), ALGOS[args.algo][3]
     for item in args.set:
         key, _, text = item.partition("=")
         values[key] = json.loads(text)
@@ -176,7 +189,9 @@ def main() -> None:
             f"K={k} {walls[backend][k] / walls[backends[0]][k]:.2f}" for k in args.ks))
     for k, rs in populations.items():
         wall, alike = statistics.median(r["wall"] for r in rs), statistics.median(r["wall"] for r in runs[k])
-        print(f"K={k} as a population of {k} configs: {wall:.3f} s, {wall / alike:.2f}x the same seeds of one config")
+        base = statistics.median(r["wall"] for r in runs[1])
+        print(f"K={k} as a population of {k} configs: {wall:.3f} s, {wall / alike:.2f}x the same seeds of one config, "
+              f"{wall / base:.2f}x K=1")
     if TARGET_K in runs:
         ratio = statistics.median(r["wall"] for r in runs[TARGET_K]) / statistics.median(r["wall"] for r in runs[1])
         verdict = "met" if ratio <= target else "NOT MET"

@@ -113,6 +113,31 @@ def test_batched_mlp_is_each_seeds_own_network():
     assert torch.equal(single(x[:1])[0], seqs[0](x[0]))  # one seed: nn.Linear's op itself, bit for bit
 
 
+@pytest.mark.parametrize("sizes", [(4, 64, 64, 2), (5, 64, 32, 1)])
+def test_tanh_mlp_node_gives_the_layer_by_layer_numbers_bit_for_bit(sizes):
+    """K seeds' tanh MLP runs as one autograd node (TanhMLP) with its activations overwritten in place: its output,
+    its gradients and the next forward pass after SeedAdam steps are those of the layers one by one, to the bit."""
+    runs = []
+    for fused in (False, True):
+        batched = BatchedMLP(nets(8, sizes))
+        assert batched._tanh_width == min(sizes[1:-1])
+        if not fused:
+            batched._tanh_width = 0  # the layers one by one
+        adam = SeedAdam(list(batched.parameters()), num_seeds=8, lr=[1e-2] * 4 + [3e-3] * 4)
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            x, g = torch.randn(8, 64, sizes[0], generator=gen), torch.randn(8, 64, sizes[-1], generator=gen)
+            adam.zero_grad()
+            out = batched(x)
+            assert (type(out.grad_fn).__name__ == "TanhMLPBackward") == fused
+            (out * g).sum().backward()
+            adam.step()
+        with torch.no_grad():
+            runs.append((out.detach(), adam.grad.clone(), adam.flat.clone(), batched(x)))
+    for name, plain, fused in zip(("output", "gradient", "parameters", "no-grad output"), *runs, strict=True):
+        assert torch.equal(plain, fused), name
+
+
 def test_seed_adam_clips_and_steps_each_seed_alone_and_leaves_a_sat_out_seed_untouched():
     seqs, copies = nets(3), nets(3)
     batched = BatchedMLP(seqs)

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import Rngs, mlp, scheduled, to_tensor
+from tune_runner.algos.common import Rngs, keep_freed_memory, mlp, scheduled, to_tensor
 from tune_runner.algos.config import PPOConfig
 from tune_runner.algos.distributions import (
     gaussian_entropy,
@@ -96,6 +96,8 @@ class PPO(SeedLearnerBase):
     def __init__(self, config: PPOConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # K seeds' activations are megabytes: reuse them, do not fault them in anew
         self.seeds = derived_seeds(config.seed, config.num_seeds)
         self.env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
                                   num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
