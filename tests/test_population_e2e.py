@@ -22,14 +22,21 @@ def member_ids(trial_dir) -> set[str]:
     return ids
 
 
+def oracle_space(path, *, budget: int, seed: int, grace: int, samples: int, size: int, **top):
+    """An oracle population search over lr and x, written to `path`."""
+    fixed = {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"], "steps_per_iteration": 1000,
+             **top.pop("fixed", {})}
+    path.write_text(yaml.safe_dump({
+        "trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": budget},
+        "searcher": {"name": "random", "seed": seed}, "scheduler": {"name": "asha", "grace_period": grace},
+        "num_samples": samples, reserved.MEMBERS_KEY: size, "fixed": fixed,
+        "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}, **top}))
+    return path
+
+
 def test_an_oracle_population_search_refills_and_exports_its_best_member(ray_session, cli, _isolated_home, tmp_path):
     space = tmp_path / "pop.yaml"
-    space.write_text(yaml.safe_dump({
-        "trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 8000},
-        "searcher": {"name": "random", "seed": 2}, "scheduler": {"name": "asha", "grace_period": 2000},
-        "num_samples": 12, reserved.MEMBERS_KEY: 4, "max_concurrent": 1,
-        "fixed": {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"], "steps_per_iteration": 1000},
-        "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}))
+    oracle_space(space, budget=8000, seed=2, grace=2000, samples=12, size=4, max_concurrent=1)
     result = cli("search", "--space", str(space), "--name", "pop", "--reevaluate", "2", "--seeds", "2")
     assert result.status == 0, result.err
     exp = _isolated_home / "results" / "pop"
@@ -66,13 +73,8 @@ def test_a_population_search_stopped_with_ctrl_c_resumes_with_its_members_and_re
     from tests.test_resilience_e2e import start_driver, wait_for
 
     space = tmp_path / "slowpop.yaml"
-    space.write_text(yaml.safe_dump({
-        "trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 12000},
-        "searcher": {"name": "random", "seed": 4}, "scheduler": {"name": "asha", "grace_period": 3000},
-        "num_samples": 9, reserved.MEMBERS_KEY: 3, "max_concurrent": 1, "reevaluate": False,
-        "fixed": {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"], "steps_per_iteration": 1000,
-                  "sleep_s": 0.3},
-        "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}))
+    oracle_space(space, budget=12000, seed=4, grace=3000, samples=9, size=3, max_concurrent=1, reevaluate=False,
+                 fixed={"sleep_s": 0.3})
     proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "popcc", "--num-cpus", "2")
     wait_for(proc, " refilled")  # a trial's row counts its refills
     proc.send_signal(signal.SIGINT)
@@ -100,12 +102,7 @@ def test_mlflow_holds_a_run_per_member_under_its_trial_with_its_values_and_curve
     from mlflow.tracking import MlflowClient
 
     space = tmp_path / "pop-mlflow.yaml"
-    space.write_text(yaml.safe_dump({
-        "trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 6000},
-        "searcher": {"name": "random", "seed": 5}, "scheduler": {"name": "asha", "grace_period": 2000},
-        "num_samples": 8, reserved.MEMBERS_KEY: 3, "max_concurrent": 2,
-        "fixed": {"optimum": {"lr": 1e-3, "x": 0.5}, "log_scale": ["lr"], "steps_per_iteration": 1000},
-        "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "x": {"uniform": [0.0, 1.0]}}}))
+    oracle_space(space, budget=6000, seed=5, grace=2000, samples=8, size=3, max_concurrent=2)
     result = cli("search", "--space", str(space), "--name", "pop-mlflow", "--no-reevaluate")
     assert result.status == 0, result.err
     assert "8 configs, 3 per trial x 6,000 env steps" in result.out
