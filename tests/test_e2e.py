@@ -180,7 +180,7 @@ def test_own_dqn_with_a_replay_buffer_actor(ray_session, cli, _isolated_home):
     result = cli("search", "--space", "dqn_small", "--set", "trainable=dqn", "--name", "own-dqn-actors",
                  "--no-reevaluate",
                  "--num-samples", "1", "--scheduler", "fifo", "--set", "budget=3000",
-                 "--set", "num_env_runners=1")
+                 "--set", "num_env_runners=1", "--configs-per-trial", "1")  # rollout workers act for one config
     assert result.status == 0, result.err
     last = _progress(_isolated_home, "own-dqn-actors")[-1]
     assert last["env_steps"] >= 3000 and np.isfinite(last["qf_loss"]) and last["epsilon"] < 1.0
