@@ -34,7 +34,8 @@ def largest_difference(a: dict, b: dict) -> float:
     (PPO, PPOConfig(train_batch_size=256, minibatch_size=64, num_epochs=2, num_envs_per_env_runner=4, num_seeds=3,
                     population={"lr": [1e-3, 2e-3, 3e-3], "gamma": [0.99, 0.98, 0.97], "lambda_": [0.9, 0.95, 1.0]})),
     (DQN, DQNConfig(train_batch_size=32, num_envs_per_env_runner=2, num_steps_sampled_before_learning_starts=64,
-                    n_step=3, num_seeds=3, population={"lr": [1e-3, 2e-3, 3e-3], "gamma": [0.99, 0.98, 0.97]})),
+                    n_step=3, fcnet_hiddens=(64, 64), num_seeds=3,
+                    population={"lr": [1e-3, 2e-3, 3e-3], "gamma": [0.99, 0.98, 0.97]})),
 ], ids=["ppo", "dqn"])
 def test_a_refilled_seed_starts_over_and_trains_as_a_fresh_learner_of_its_new_values(cls, config):
     together = cls(config, env_id="Acrobot-v1" if cls is PPO else "CartPole-v1")
