@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner.spec import reserved
-from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, member_seed, members_of
+from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, member_metrics, member_seed, members_of
 
 
 def is_population(trial: Any) -> bool:
@@ -70,9 +70,8 @@ def _members(trial: Any, rows: list[dict]) -> dict[str, tuple[dict, list[dict], 
             if member not in out:
                 config = {**base, **values[CONFIG_PART], "seed": member_seed(trial.config, slot)}
                 out[member] = (config, [], False)
-            own = {k: v for k, v in values.items() if k not in (ID_PART, CONFIG_PART)}
             history = out[member][1]
-            history.append({**own, "training_iteration": len(history) + 1,
+            history.append({**member_metrics(values), "training_iteration": len(history) + 1,
                             "time_total_s": row.get("time_total_s"), "timestamp": row.get("timestamp")})
     return {m: (c, h, m in last_ids) for m, (c, h, _) in out.items()}
 

@@ -286,8 +286,7 @@ def _trials(client: Any, run: Any, spec: ExperimentSpec, metric: str, shown: str
 
 def _member_runs(client: Any, run: Any, spec: ExperimentSpec, shown: str) -> list[Any]:
     """The runs of a population search's members (tracking.callback), found by the search they belong to."""
-    found = client.search_runs([run.info.experiment_id], max_results=50_000,
-                               filter_string=mlflow_uri.tag_filter(SEARCH_TAG, run.info.run_id))
+    found = mlflow_uri.member_runs(client, run.info.experiment_id, run.info.run_id)
     if not found:
         raise UserError(f"experiment {shown}: search {run.info.run_name} ran population trials (configs_per_trial "
                         f"{spec.configs_per_trial}) and MLflow holds no run of their members (tune-rl logged none "

@@ -32,7 +32,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from tune_runner.spec import reserved
-from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, members_of
+from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, member_metrics, members_of
 
 
 @dataclass(frozen=True)
@@ -268,9 +268,8 @@ class PopulationSearcher(Searcher):
 
     def _member_result(self, row: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
         """A member's report as a one-config trial's: its own metrics under the plain names, its config."""
-        own = {k: v for k, v in row.items() if k not in (ID_PART, CONFIG_PART)}
         config = {**(result.get("config") or {}), **row[CONFIG_PART]}
-        return {**own, "training_iteration": result.get("training_iteration"), "config": config}
+        return {**member_metrics(row), "training_iteration": result.get("training_iteration"), "config": config}
 
     def _judge(self, record: MemberRecord) -> str | None:
         """How the member ends at this result (None: it trains on)."""

@@ -47,21 +47,34 @@ def member_key(slot: int, name: str) -> str:
     return f"{MEMBER_PREFIX}{slot}/{name}"
 
 
+def member_slot(key: str) -> int | None:
+    """The slot j of a result key `member_<j>/...`; None for any other key."""
+    head, slash, _ = key.partition("/")
+    digits = head[len(MEMBER_PREFIX):]
+    return int(digits) if slash and head.startswith(MEMBER_PREFIX) and digits.isdigit() else None
+
+
 def members_of(result: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     """A population trial's report as {slot: {name: value}} (its config under CONFIG_PART, a dict); {} for
     another trial's."""
     slots: dict[int, dict[str, Any]] = {}
     for key, value in result.items():
-        head, slash, name = key.partition("/")
-        if not (slash and head.startswith(MEMBER_PREFIX) and head[len(MEMBER_PREFIX):].isdigit()):
+        slot = member_slot(key)
+        if slot is None:
             continue
-        row = slots.setdefault(int(head[len(MEMBER_PREFIX):]), {CONFIG_PART: {}})
+        name = key.partition("/")[2]
+        row = slots.setdefault(slot, {CONFIG_PART: {}})
         part, slash, rest = name.partition("/")
         if part == CONFIG_PART and slash:
             row[CONFIG_PART][rest] = value
         else:
             row[name] = value
     return {slot: row for slot, row in slots.items() if row.get(ID_PART)}
+
+
+def member_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A member's row of one report (members_of) without its id and values: its metrics under plain names."""
+    return {k: v for k, v in row.items() if k not in (ID_PART, CONFIG_PART)}
 
 
 def member_seed(config: Mapping[str, Any], slot: int) -> int:

@@ -47,6 +47,7 @@ from tune_runner.tracking.uri import (  # noqa: F401
     client,
     find_parent,
     flat_params,
+    member_runs,
     tag_filter,
 )
 from tune_runner.trainables.audit import PREFIX_APPLIED, PREFIX_REQUESTED
@@ -354,5 +355,5 @@ def children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
 
 def member_children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
     """member id -> run id of the members of a parent run's trials, so a resumed search's members log on."""
-    runs = mlflow.search_runs([experiment_id], filter_string=tag_filter(SEARCH_TAG, parent), max_results=50_000)
-    return {r.data.tags[MEMBER_TAG]: r.info.run_id for r in runs if MEMBER_TAG in r.data.tags}
+    return {r.data.tags[MEMBER_TAG]: r.info.run_id for r in member_runs(mlflow, experiment_id, parent)
+            if MEMBER_TAG in r.data.tags}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, MEMBER_COUNTS, MEMBER_PREFIX, members_of
+from tune_runner.spec.seed_keys import CONFIG_PART, ID_PART, MEMBER_COUNTS, member_metrics, member_slot, members_of
 
 # Member endings as the live view counts them (ExperimentSpec.ending's words), in the order it shows them.
 ENDINGS = {"stopped_early": "stopped", "solved": "solved", "done": "done"}
@@ -48,7 +48,7 @@ class Turnover:
             if member not in self.live:
                 self.live[member] = Member(member, slot, dict(row[CONFIG_PART]))
                 started.append(self.live[member])
-            self.live[member].last = own_metrics(row)
+            self.live[member].last = member_metrics(row)
             self.live[member].reports += 1
         if isinstance(result.get(MEMBER_COUNTS[1]), int):
             self.refilled = result[MEMBER_COUNTS[1]]
@@ -73,15 +73,9 @@ class Turnover:
                 "refilled": self.refilled}
 
 
-def own_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A member's row of one report (members_of) without its id and values: its metrics under plain names."""
-    return {k: v for k, v in row.items() if k not in (ID_PART, CONFIG_PART)}
-
-
 def is_member_key(key: str) -> bool:
     """Whether a result key is one slot's (`member_<j>/...`): the member's run holds it, not the trial's."""
-    head, slash, _ = key.partition("/")
-    return bool(slash) and head.startswith(MEMBER_PREFIX) and head[len(MEMBER_PREFIX):].isdigit()
+    return member_slot(key) is not None
 
 
 def fmt_counts(counts: Mapping[str, int], *, size: int | None = None) -> str:

@@ -347,6 +347,11 @@ MEMBER_TAG = "tune_rl.member_id"
 SEARCH_TAG = "tune_rl.search_run_id"
 
 
+def member_runs(mlflow: Any, experiment_id: str, parent: str) -> list[Any]:
+    """The runs of the members of a search's population trials, found by the search's parent run id."""
+    return mlflow.search_runs([experiment_id], filter_string=tag_filter(SEARCH_TAG, parent), max_results=50_000)
+
+
 def find_parent(mlflow: Any, experiment_id: str, *, search_id: str | None, exp_path: Path) -> str | None:
     """The parent run of a search, for a resume: found by the search id saved with it (tune_rl_run.yaml),
     or, for a search saved before ids, by its experiment-path tag."""
