@@ -195,7 +195,7 @@ class Oracle(tune.Trainable):
 
 class OraclePopulation:
     """The oracle as a population trial (configs_per_trial): one oracle run per member, each as a one-config
-    trial of its values would run (its seed: the trial's + SEED_STRIDE x its slot), as our learners' seeds."""
+    trial of its values would run (its seed: seed_keys.member_seed, as our learners' members' seeds)."""
 
     def __init__(self, config: Mapping[str, Any], *, trial_id: str | None) -> None:
         from tune_runner.trainables.members import Members
@@ -205,10 +205,10 @@ class OraclePopulation:
         self.runs = [self._fresh(j, slot.values) for j, slot in enumerate(self.members.slots)]
 
     def _fresh(self, slot: int, values: Mapping[str, Any]) -> dict[str, Any]:
-        from tune_runner.spec.seed_keys import SEED_STRIDE
+        from tune_runner.spec.seed_keys import member_seed
 
         config = {k: v for k, v in self.config.items() if k not in reserved.RESERVED}
-        config.update(values, seed=int(self.config.get("seed", 0)) + SEED_STRIDE * slot)
+        config.update(values, seed=member_seed(self.config, slot))
         return {"config": config, "level": 0.0, "env_steps": 0, "rng": random.Random(config["seed"])}
 
     def replace(self, slot: int, values: Mapping[str, Any]) -> None:
