@@ -144,7 +144,8 @@ def test_members_are_sent_in_one_batch_a_run_per_flush(tmp_path):
 
 
 def test_an_errored_trial_fails_its_live_members_and_a_resumed_search_logs_on_in_their_runs(tmp_path):
-    from tune_runner.tracking.callback import children, member_children
+    from tune_runner.tracking.callback import MlflowTracking, children
+    from tune_runner.tracking.uri import member_runs
 
     searcher, spec = population_search(tmp_path, num_samples=4, refill=False)
     callback, mlflow = tracking(tmp_path, spec)
@@ -162,7 +163,10 @@ def test_an_errored_trial_fails_its_live_members_and_a_resumed_search_logs_on_in
     exp_id = mlflow.get_run(callback.parent_run_id).info.experiment_id
     # what a resume reads back: the trials under the parent (no member among them), the members by their tag
     assert children(mlflow, exp_id, callback.parent_run_id) == callback.runs
-    assert member_children(mlflow, exp_id, callback.parent_run_id) == callback.member_runs
+    again = MlflowTracking(uri=callback.uri, experiment_id=exp_id, parent_run_id=callback.parent_run_id,
+                           logged_keys=callback.logged_keys, ending=spec.ending)
+    again.continue_members(member_runs(mlflow, exp_id, callback.parent_run_id))
+    assert again.member_runs == callback.member_runs and again.unsettled == {}  # every one ended: none to settle
 
 
 def test_a_population_trials_run_ends_terminated_whatever_its_best_member_did(tmp_path):
@@ -205,6 +209,47 @@ def test_a_resumed_member_logs_into_its_run_not_a_new_one(tmp_path):
     runs = mlflow.search_runs([callback.experiment_id], filter_string="tags.`tune_rl.member_id` = 't-0'")
     assert [r.info.run_id for r in runs] == [callback.member_runs["t-0"]]
     assert history(mlflow, callback.member_runs["t-0"], "episode_return_mean") == [(1000, 1.0), (2000, 2.0)]
+
+
+def test_a_member_live_at_the_interruption_that_never_comes_back_is_ended_with_its_trial(tmp_path):
+    """Interrupted with members t-0 and t-1 live: on resume the trial went back to a checkpoint that held t-0 alone,
+    and the board gave t-1's slot to t-2. t-1's run is ended with its trial, as its last logged metrics say."""
+    from tune_runner.tracking.callback import MlflowTracking
+    from tune_runner.tracking.uri import member_runs
+
+    _, spec = population_search(tmp_path, num_samples=3, refill=False)
+    callback, mlflow = tracking(tmp_path, spec)
+    trial = SimpleNamespace(trial_id="t", config={**FIXED, "x": 0.5, reserved.MEMBERS_KEY: 2}, last_result={})
+
+    def report(steps, **members):
+        out = {"env_steps": steps, "episode_return_mean": 1.0}
+        for slot, member in enumerate(members):
+            out.update({f"member_{slot}/id": member, f"member_{slot}/config/lr": 0.1,
+                        f"member_{slot}/env_steps": members[member], f"member_{slot}/episode_return_mean": 1.0})
+        return out
+
+    callback.on_trial_start(0, [trial], trial)
+    callback.on_trial_result(0, [trial], trial, report(2000, **{"t-0": 2000, "t-1": 1000}))
+    trial.is_finished = lambda: False
+    callback.on_experiment_end([trial])  # interrupted: the trial is not finished, nothing settled
+    assert {mlflow.get_run(r).info.status for r in callback.member_runs.values()} == {"RUNNING"}
+
+    again = MlflowTracking(uri=callback.uri, experiment_id=callback.experiment_id,
+                           parent_run_id=callback.parent_run_id, logged_keys=callback.logged_keys, ending=spec.ending)
+    again.runs.update(callback.runs)
+    again.continue_members(member_runs(mlflow, callback.experiment_id, callback.parent_run_id))
+    assert again.unsettled == {"t-0": "t", "t-1": "t"}
+    again.on_trial_result(0, [trial], trial, report(2000, **{"t-0": 2000, "t-2": 1000}))
+    assert again.unsettled == {"t-1": "t"}  # t-0 came back to its slot
+    final = {"env_steps": 6000, "episode_return_mean": 1.0, "members_alive": 0, "done": True}
+    again.on_trial_result(0, [trial], trial, final)
+    again.on_trial_complete(0, [trial], trial)
+    trial.is_finished = lambda: True
+    again.on_experiment_end([trial])
+    lost = mlflow.get_run(again.member_runs["t-1"])
+    assert lost.info.status == "FINISHED" and lost.data.tags["tune_rl.status"] == "stopped_early"  # 1,000 of 6,000
+    assert "resumed" in lost.data.tags["tune_rl.note"]
+    assert {mlflow.get_run(r).info.status for r in again.member_runs.values()} == {"FINISHED"}
 
 
 

@@ -92,6 +92,14 @@ def test_a_population_search_stopped_with_ctrl_c_resumes_with_its_members_and_re
     assert "trials     9:" in result.out and "errored" not in result.out, result.out
     best = cli("best", str(exp))
     assert best.status == 0 and best.out.split()[1] in after
+    # MLflow: one run per config, every one ended, none left RUNNING by the interruption
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(space.stem).experiment_id], max_results=1000)
+    members = [r for r in runs if "tune_rl.member_id" in r.data.tags]
+    assert sorted(r.data.tags["tune_rl.member_id"] for r in members) == sorted(after)
+    assert {r.info.status for r in runs} == {"FINISHED"}, sorted((r.info.run_name, r.info.status) for r in runs)
 
 
 def test_mlflow_holds_a_run_per_member_under_its_trial_with_its_values_and_curve(ray_session, cli, _isolated_home,

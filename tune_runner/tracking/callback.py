@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,9 @@ class MlflowTracking(Callback):
         self._pending: dict[str, list] = {}  # run key -> metrics not handed to the writer yet
         self._held: dict[str, dict[str, tuple[Any, bool]]] = {}  # run key -> STEPWISE key -> (last point, sent)
         self._members: dict[str, Turnover] = {}  # trial id -> its live members (population trials)
+        # A resumed search's members whose runs were RUNNING (live when it was interrupted) -> their trial ids,
+        # until each comes back to a slot or is settled (`_settle`)
+        self.unsettled: dict[str, str] = {}
         self._flushed = time.monotonic()
 
     def __getstate__(self) -> dict:
@@ -126,6 +129,7 @@ class MlflowTracking(Callback):
         self.__dict__.update(state)
         self.__dict__.setdefault("flush_every_s", FLUSH_EVERY_S)  # pickled by a version before the writer
         self.__dict__.setdefault("member_runs", {})  # pickled by a version before member runs
+        self.__dict__.setdefault("unsettled", {})
         self._writer, self._pending, self._held, self._flushed = _Writer(), {}, {}, time.monotonic()
         self._members = {}
 
@@ -194,6 +198,7 @@ class MlflowTracking(Callback):
         for member in ended:
             self._end_member(member, *self._status_of(member))
         for member in started:
+            self.unsettled.pop(member.id, None)
             self._start_member(trial, member)
         for member in turnover.live.values():
             own = {**member.last, "training_iteration": member.reports}  # its own reports, as a trial's count
@@ -224,6 +229,32 @@ class MlflowTracking(Callback):
         self._flush(only=member.id)
         self._pending.pop(member.id, None)
         self._writer.submit(self._end_run, member.id, status, mlflow_status, error)
+
+    def continue_members(self, runs: Iterable[Any]) -> None:
+        """A resumed search's member runs (uri.member_runs): each member logs on in its own run when it comes back
+        to a slot; those still RUNNING (live when the search was interrupted) are settled if it does not."""
+        for run in runs:
+            member = run.data.tags.get(MEMBER_TAG)
+            if member is not None:
+                self.member_runs[member] = run.info.run_id
+                if run.info.status == "RUNNING":
+                    self.unsettled[member] = run.data.tags.get("tune_rl.trial_id", "")
+
+    def _settle(self, trial_id: str | None = None) -> None:
+        """End the runs of the resumed search's members (of trial `trial_id`, or of any) that were live when it
+        was interrupted and never came back to a slot: their trial went back to a checkpoint from before them,
+        and the board gave the slot to another. Their ending is read from the metrics their runs last logged."""
+        for member, owner in list(self.unsettled.items()):
+            if trial_id is None or owner == trial_id:
+                del self.unsettled[member]
+                self._writer.submit(self._end_unsettled, member)
+
+    def _end_unsettled(self, member: str) -> None:
+        run_id = self.member_runs[member]
+        ending = self.ending(dict(self.mlflow.get_run(run_id).data.metrics))
+        self.mlflow.set_tag(run_id, "tune_rl.note", "not trained after the search was resumed: its trial went "
+                                                    "back to a checkpoint from before it")
+        self._end_run(member, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED", "")
 
     def _end_members(self, trial_id: str, *, error: str | None = None) -> None:
         """A population trial's live members end with it: as their last rows say, or errored with it."""
@@ -270,12 +301,14 @@ class MlflowTracking(Callback):
         # last result is its best member's, whose ending is not the trial's.
         population = trial.trial_id in self._members
         self._end_members(trial.trial_id)
+        self._settle(trial.trial_id)
         ending = "done" if population else self.ending(trial.last_result or {})
         self._finish(trial, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         error = last_error_line(trial)
         self._end_members(trial.trial_id, error=error)
+        self._settle(trial.trial_id)
         self._finish(trial, "errored", "FAILED", error=error)
 
     def _finish(self, trial: Any, status: str, mlflow_status: str, *, error: str = "") -> None:
@@ -294,7 +327,10 @@ class MlflowTracking(Callback):
         self.mlflow.set_terminated(run_id, status=mlflow_status)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        """Everything sent before Tune returns: the runner reads and closes the runs next."""
+        """Everything sent before Tune returns: the runner reads and closes the runs next. A search that ended
+        (not interrupted) leaves no member run RUNNING."""
+        if all(trial.is_finished() for trial in trials):
+            self._settle()
         for key in list(self._held):
             self._release_held(key)
         self._flush()
@@ -351,9 +387,3 @@ def children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
     runs = mlflow.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
                               max_results=10_000)
     return {r.data.tags["tune_rl.trial_id"]: r.info.run_id for r in runs if "tune_rl.trial_id" in r.data.tags}
-
-
-def member_children(mlflow: Any, experiment_id: str, parent: str) -> dict[str, str]:
-    """member id -> run id of the members of a parent run's trials, so a resumed search's members log on."""
-    return {r.data.tags[MEMBER_TAG]: r.info.run_id for r in member_runs(mlflow, experiment_id, parent)
-            if MEMBER_TAG in r.data.tags}

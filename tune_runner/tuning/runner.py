@@ -243,7 +243,7 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
                                       logged_keys=logged, ending=spec.ending)
     tracker.runs.update(children)
     if children and spec.configs_per_trial > 1:  # a resumed population trial's members log on in their runs
-        tracker.member_runs.update(tracking.member_children(mlflow, exp_id, parent))
+        tracker.continue_members(tracking.member_runs(mlflow, exp_id, parent))
     callbacks = [_live_view(spec, out), tracker]
     audit = None
     if population:
