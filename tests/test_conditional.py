@@ -158,10 +158,8 @@ def test_a_config_read_back_from_mlflow_params_leaves_out_what_the_trial_did_not
 
 
 def test_the_reevaluation_gives_each_candidate_only_the_parameters_it_had(forbid_ray):
-    from ray.tune.experiment import Experiment
-
     from tune_runner.results.robust import Candidate
-    from tune_runner.tuning.reevaluate import CANDIDATE_KEY, _generator, _space
+    from tune_runner.tuning.reevaluate import CANDIDATE_KEY, trial_configs
 
     spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 1000},
                        "space": SPACE}, name="s", source="s.yaml")
@@ -169,10 +167,8 @@ def test_the_reevaluation_gives_each_candidate_only_the_parameters_it_had(forbid
     without = {"lr": 2e-3, "use_target_network": False, "net": [64, 64], "width": 0.5, "kind": "a", "tau": 0.2,
                "tau_kind": "hard"}
     picks = [Candidate("t_1", with_freq, 1.0), Candidate("t_2", without, 0.5)]
-    generator = _generator(spec)
-    generator.add_configurations([Experiment("re", run=lambda config: None, num_samples=1,
-                                             config=_space(spec, picks, seeds=2, first_seed=1000, batched=False))])
-    configs = [generator.next_trial().config for _ in range(4)]
+    configs = trial_configs(spec, picks, seeds=2, first_seed=1000, batched=False)
+    assert sorted((c[CANDIDATE_KEY], c["seed"]) for c in configs) == [(0, 1000), (0, 1001), (1, 1000), (1, 1001)]
     for config in configs:
         pick = picks[config[CANDIDATE_KEY]].config
         assert {k: config[k] for k in expected_keys(config)} == pick and set(pick) == expected_keys(config)

@@ -159,3 +159,62 @@ def test_mlflow_holds_a_run_per_member_under_its_trial_with_its_values_and_curve
     picked = [next(line for line in shown.out.splitlines() if line.startswith("best ")).split()[1]
               for shown in (from_folder, from_mlflow)]
     assert picked[0] == picked[1] and picked[0] in members
+
+
+def test_a_population_searchs_re_evaluation_trains_its_top_members_as_one_population_trial(ray_session, cli,
+                                                                                            _isolated_home, tmp_path):
+    """Our PPO on Acrobot (not an env we tuned for), 4 configs in one trial, one trial at a time: the top 2
+    members share their trial-level values, so the re-evaluation trains them as the 2 members of one trial of
+    2 x 2 fresh seeds. Each is ranked on its own seeds; the export's policy, the MLflow model and the export
+    re-run are the winner's member's, not the best seed of the whole batch."""
+    from pathlib import Path
+
+    import numpy as np
+
+    import tune_runner as tr
+    from tune_runner.trainables import checkpoints
+
+    space = tmp_path / "ppo-pop.yaml"
+    space.write_text(yaml.safe_dump({
+        "trainable": "ppo", "env": "Acrobot-v1", "budget": {"env_steps": 6144}, "num_samples": 4,
+        reserved.MEMBERS_KEY: 4, "max_concurrent": 1, "searcher": {"name": "random", "seed": 3},
+        "reevaluate": {"top": 2, "seeds": 2},
+        "fixed": {"num_env_runners": 0, "num_envs_per_env_runner": 8, "train_batch_size_per_learner": 1024,
+                  "minibatch_size": 256, "num_epochs": 2, "metrics_num_episodes_for_smoothing": 5,
+                  "fcnet_hiddens": [16, 16]},
+        "space": {"lr": {"loguniform": [1e-4, 3e-2]}, "gamma": {"uniform": [0.9, 0.99]}}}))
+    result = cli("search", "--space", str(space), "--name", "ppo-pop")
+    assert result.status == 0, result.out + result.err
+    assert "as 1 population trial(s) of 2 configs" in result.out, result.out
+    exp = _isolated_home / "results" / "ppo-pop"
+    verdict = json.loads((exp / "reevaluation.json").read_text())
+    ranking = verdict["ranking"]
+    assert len(ranking) == 2 and all(len(row["seeds"]) == 2 for row in ranking)
+    assert len({s for row in ranking for s in row["seeds"]}) == 4  # each member on seeds of its own
+    paths = {p for row in ranking for p in row["trial_paths"]}
+    assert len(paths) == 1, paths  # one trial trained both
+    trial_dir = Path(paths.pop())
+    trial = json.loads((trial_dir / "params.json").read_text())
+    listed = trial[reserved.MEMBER_LIST_KEY]["members"]
+    assert sorted(m["id"] for m in listed) == sorted(row["trial_id"] for row in ranking)
+    assert {tuple(sorted(m["values"])) for m in listed} == {("gamma", "lr")}
+    assert "lr" not in trial and "gamma" not in trial and trial[reserved.MEMBERS_KEY] == 2  # the members hold them
+
+    bundle = yaml.safe_load((exp / "best.yaml").read_text())
+    winner = bundle["source"]["trial_id"]
+    assert winner == ranking[0]["trial_id"] and Path(bundle["checkpoint"]).parent == trial_dir
+    saved = checkpoints.read(Path(bundle["checkpoint"]))
+    slot = [owner for owner, _ in saved["members"]["slots"]].index(winner)
+    own = checkpoints.member_policy(saved, winner)
+    assert any(own is seed for seed in saved["learner"]["seeds"][2 * slot:2 * slot + 2])
+    policy = tr.load_policy(exp / "best.yaml")
+    observations = np.random.default_rng(0).normal(size=(16, 6)).astype(np.float32)
+    import mlflow.pyfunc
+
+    mlflow.set_tracking_uri(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    model_uri = next(line.split()[1] for line in result.out.splitlines() if line.strip().startswith("model"))
+    logged = mlflow.pyfunc.load_model(model_uri)
+    assert np.array_equal(np.asarray(logged.predict(observations)).reshape(-1),
+                          np.asarray(policy.compute_actions(observations)).reshape(-1))
+    again = cli("train", "--config", str(exp / "best.yaml"))
+    assert again.status == 0, again.err

@@ -541,3 +541,60 @@ def test_batched_runs_mark_the_unsolved_seeds_of_a_trial_that_ended_before_the_b
     assert [(r.reached_at, r.stopped_at) for r in runs[0]] == [(60_000, None), (None, 130_000)]
     assert [(r.reached_at, r.stopped_at) for r in runs[1]] == [(60_000, None), (None, None)]
     assert [(r.reached_at, r.stopped_at) for r in runs[2]] == [(60_000, None), (None, None)]
+
+
+def test_a_population_searchs_candidates_that_share_trial_level_values_become_members_of_one_trial():
+    """Units: grouped by their trial-level values, as many to a trial as leaves every trial slot busy, at most
+    the search trial's own member seeds; each unit's config whole (members' values in its member list only)."""
+    from tune_runner.spec import reserved
+    from tune_runner.spec.experiment import build_spec
+    from tune_runner.trainables.catalog import backend
+    from tune_runner.tuning.reevaluate import trial_configs, units
+
+    spec = build_spec({"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 1000},
+                       reserved.MEMBERS_KEY: 4, "space": {"lr": {"loguniform": [1e-4, 1e-2]},
+                                                          "num_epochs": {"randint": [1, 4]}}},
+                      name="p", source="p.yaml")
+    record = backend("ppo")
+    picks = [Candidate(f"t-{i}", {"lr": 1e-3 * (i + 1), "num_epochs": epochs, "seed": i}, 1.0)
+             for i, epochs in enumerate([2, 3, 2, 2])]
+    assert units(spec, picks, record=record, seeds=2, at_once=1) == [[0, 2], [3], [1]]  # 4 x 1 seeds: 2 members
+    assert units(spec, picks, record=record, seeds=1, at_once=1) == [[0, 2, 3], [1]]
+    assert units(spec, picks, record=record, seeds=1, at_once=2) == [[0, 2], [3], [1]]  # ceil(4 / 2) a trial
+    assert units(spec, picks, record=record, seeds=1, at_once=4) == [[0], [2], [3], [1]]  # a trial per core
+    one = build_spec({"trainable": "ppo", "env": "CartPole-v1", "budget": {"env_steps": 1000},
+                      "space": {"lr": {"loguniform": [1e-4, 1e-2]}}}, name="o", source="o.yaml")
+    assert units(one, picks, record=record, seeds=1, at_once=1) == [[0], [1], [2], [3]]  # not a population search
+
+    configs = trial_configs(spec, picks, seeds=2, first_seed=1000, batched=True, units=[[0, 2], [1]],
+                            member_keys=record.member_keys)
+    pair, single = configs
+    assert pair[CANDIDATE_KEY] == [0, 2] and pair[reserved.MEMBERS_KEY] == 2 and pair["num_epochs"] == 2
+    assert "lr" not in pair and pair[reserved.MEMBER_LIST_KEY]["members"] == [
+        {"id": "t-0", "values": {"lr": 1e-3}}, {"id": "t-2", "values": {"lr": 3e-3}}]
+    assert pair[reserved.MEMBER_LIST_KEY]["per_seed"] and pair["seed"] == 1000 and pair[reserved.SEEDS_KEY] == 2
+    assert single == {"env": "CartPole-v1", "env_config": {}, "lr": 2e-3, "num_epochs": 3, CANDIDATE_KEY: 1,
+                      "seed": 1000, reserved.SEEDS_KEY: 2, reserved.AGGREGATE_KEY: "iqm"}
+
+
+def test_batched_runs_read_each_member_of_a_population_trial_from_its_own_slots_seeds():
+    import pandas as pd
+
+    from tune_runner.algos.seeds import derived_seeds
+    from tune_runner.spec import reserved
+    from tune_runner.tuning.reevaluate import _batched_runs
+
+    trial = type("Trial", (), {})()
+    trial.config = {CANDIDATE_KEY: [2, 0], "seed": 1000, reserved.SEEDS_KEY: 2}
+    trial.error, trial.path = None, "/exp/pop"
+    trial.metrics_dataframe = pd.DataFrame(
+        [{"env_steps": s, **{f"seed_{i}/episode_return_mean": v for i, v in enumerate(values)},
+          **{f"seed_{i}/episodes": 150 for i in range(4)}} for s, values in
+         [(60_000, [480.0, 300.0, 100.0, 476.0]), (250_000, [490.0, 320.0, 110.0, 470.0])]])
+    runs = _batched_runs([trial], load_spec("ppo_small"), count=3)
+    numbers = derived_seeds(1000, 4)
+    assert [(r.seed, r.reached_at, r.final) for r in runs[2]] == [(numbers[0], 60_000, 480.0),
+                                                                   (numbers[1], None, 320.0)]
+    assert [(r.seed, r.reached_at, r.final) for r in runs[0]] == [(numbers[2], None, 110.0),
+                                                                   (numbers[3], 60_000, 476.0)]
+    assert runs[1] == [] and {r.trial_path for r in runs[0] + runs[2]} == {"/exp/pop"}

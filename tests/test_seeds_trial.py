@@ -191,3 +191,57 @@ def test_one_seed_of_a_population_config_is_a_one_seed_config_at_its_values():
     one = one_seed_config(config, 2)
     assert one == {**{k: v for k, v in CONFIG.items() if k not in (SEEDS_KEY, AGGREGATE_KEY)},
                    "lambda_": 0.7, "gamma": 0.95}
+
+
+def test_a_members_policy_comes_from_its_own_slots_seeds_in_a_population_trials_checkpoint(tmp_path):
+    """A re-evaluation's population trial of members a and b, 2 seeds each: the seed that returned the most is
+    b's, yet a's bundle, a's MLflow-model data and a's checkpoint read act as a's best seed; a member not in the
+    checkpoint's slots is one line."""
+    import json
+    import pickle
+
+    from tune_runner import tune_rl_policy
+    from tune_runner.errors import UserError
+    from tune_runner.paths import CHECKPOINT_FILE
+    from tune_runner.results import pyfunc_model as model
+    from tune_runner.results.bundle import Bundle
+    from tune_runner.results.policy import load_policy
+    from tune_runner.spec.reserved import MEMBER_LIST_KEY, MEMBERS_KEY
+    from tune_runner.trainables import checkpoints
+
+    members = [{"id": "a", "values": {"lr": 1e-3}}, {"id": "b", "values": {"lr": 3e-3}}]
+    config = {**CONFIG, SEEDS_KEY: 2, MEMBERS_KEY: 2,
+              MEMBER_LIST_KEY: {"members": members, "metric": "episode_return_mean", "mode": "max", "per_seed": True}}
+    trial = OwnPPO(config=dict(config))
+    result = trial.train()
+    assert len(per_seed(result, "episode_return_mean")) == 4  # per_seed: every seed's own curve too
+    checkpoint = tmp_path / "trial" / "checkpoint_000000"
+    checkpoint.mkdir(parents=True)
+    trial.save_checkpoint(str(checkpoint))
+    trial.stop()
+    (checkpoint.parent / "params.json").write_text(json.dumps(config))
+    saved = checkpoints.read(checkpoint)
+    returns = {3: [500.0], 0: [20.0], 1: [30.0], 2: [10.0]}  # seed 3 (b's second) the best; a's best is seed 1
+    for index, seed in enumerate(saved["learner"]["seeds"]):
+        seed["stats"]["recent_returns"] = returns[index]
+    (checkpoint / CHECKPOINT_FILE).write_bytes(pickle.dumps(saved))
+    seeds = saved["learner"]["seeds"]
+
+    def weights(folder):
+        return np.concatenate([p.detach().numpy().ravel() for p in tune_rl_policy.Policy(folder).net.parameters()])
+
+    assert checkpoints.member_policy(saved, "a") is seeds[1] and checkpoints.member_policy(saved, "b") is seeds[3]
+    assert checkpoints.member_policy(saved, None) is seeds[3] and checkpoints.member_policy(saved, "c") is None
+    own = model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "a", member="a")
+    best_of_all = model.save_policy(checkpoint, learner="ppo", config=config, folder=tmp_path / "all")
+    assert not np.array_equal(weights(own), weights(best_of_all))  # a's seed 1, not b's seed 3
+    bundle = Bundle(trainable="ppo", env="CartPole-v1", metric="episode_return_mean", mode="max",
+                    config={"lr": 1e-3}, source={"trial_id": "a"}, checkpoint=str(checkpoint))
+    bundle = bundle.write(tmp_path / "a.yaml")
+    from_bundle = load_policy(bundle)  # evaluate, --video and tr.load_policy read a bundle so
+    observations = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    acted = np.asarray(from_bundle.compute_actions(observations))
+    assert np.array_equal(acted, tune_rl_policy.Policy(own).predict(observations))
+    assert not np.array_equal(acted, tune_rl_policy.Policy(best_of_all).predict(observations))
+    with pytest.raises(UserError, match="member c is not in this population trial's checkpoint"):
+        checkpoints.learner_state(checkpoint, fix="x", member="c")

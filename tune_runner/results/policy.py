@@ -209,6 +209,8 @@ def _from_bundle(path: Path) -> Policy:
     if not Path(checkpoint).is_dir():
         raise UserError(f"{path}: checkpoint: {checkpoint} no longer exists; pass the checkpoint folder where it "
                         f"is now, or export again with tune-rl best EXPERIMENT --export FILE")
+    if checkpoints.holds_one(Path(checkpoint)):  # in a population trial's checkpoint, the bundle's member
+        return _own(Path(checkpoint), member=(bundle.source or {}).get("trial_id"))
     return load_policy(checkpoint)
 
 
@@ -232,13 +234,13 @@ def _trial_config(checkpoint: Path) -> dict[str, Any] | None:
     return config
 
 
-def _own(checkpoint: Path) -> OwnPolicy:
+def _own(checkpoint: Path, *, member: str | None = None) -> OwnPolicy:
     config = _trial_config(checkpoint)
     if config is None:
         raise UserError(f"{checkpoint}: no {PARAMS_FILE} in {checkpoint.parent}; our checkpoints need their trial "
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
     state = checkpoints.learner_state(checkpoint, fix="damaged or cut short: pass another of the trial's "
-                                      "checkpoint_NNNNNN folders")
+                                      "checkpoint_NNNNNN folders", member=member)
     learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
     # A registered model or our CNN (image observations): the learner rebuilds its networks.
     if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp" or uses_cnn(state):

@@ -83,9 +83,11 @@ def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch
     return [(state[f"{prefix}{i}.weight"], state[f"{prefix}{i}.bias"]) for i in indices]
 
 
-def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path) -> Path:
-    """The checkpoint's policy as tune_rl_policy data (spec + weights) in `folder`."""
-    state = checkpoints.policy_seed(checkpoints.read(checkpoint)["learner"])[0]
+def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path,
+                member: str | None = None) -> Path:
+    """The checkpoint's policy (`member`'s, in a population trial's checkpoint) as tune_rl_policy data (spec +
+    weights) in `folder`."""
+    state = checkpoints.learner_state(checkpoint, fix="pass another checkpoint", member=member)
     extra: dict[str, Any] = {}
     if uses_cnn(state):  # image observations: the convolutions, then the MLP head
         sizes, layers, activation, extra["cnn"] = cnn_layers(learner, state, config)

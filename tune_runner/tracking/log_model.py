@@ -52,7 +52,7 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, record: Backend, be
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # we give a signature
         data = pyfunc_model.save_policy(checkpoint, learner=record.name, config=best.config,
-                                        folder=Path(tmp) / "policy")
+                                        folder=Path(tmp) / "policy", member=best.trial_id)
         # Created here, so that it belongs to the run's experiment (Model.log would use the active one).
         logged = mlflow_uri.client(uri).create_logged_model(
             experiment_id, name=pyfunc_model.MODEL_NAME, source_run_id=run_id, model_type="policy",

@@ -7,6 +7,7 @@ Light on purpose (no Ray, no torch import here): tune-rl evaluate decides what a
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,13 @@ def read(folder: Path) -> dict[str, Any]:
         return pickle.load(f)  # noqa: S301 - our own checkpoint, written by write()
 
 
-def policy_seed(state: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+def policy_seed(state: dict[str, Any], among: Sequence[int] | None = None) -> tuple[dict[str, Any], int | None]:
     """The one-seed state a policy is read from, and which seed it is (None for a one-seed learner's state).
 
     A learner of several seeds (seeds_per_trial) saves {"num_seeds": K, "seeds": [K one-seed states]}; its
-    policy is the seed whose recent episodes (the window its episode_return_mean averages) returned the most,
-    the first such on a tie: evaluate, load_policy and the MLflow model then act as that seed did."""
+    policy is the seed (of those in `among`, or of all) whose recent episodes (the window its
+    episode_return_mean averages) returned the most, the first such on a tie: evaluate, load_policy and the
+    MLflow model then act as that seed did."""
     if "num_seeds" not in state:
         return state, None
     seeds = state["seeds"]
@@ -49,12 +51,26 @@ def policy_seed(state: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         returns = (seeds[index].get("stats") or {}).get("recent_returns") or ()
         return sum(returns) / len(returns) if returns else float("-inf")
 
-    index = max(range(len(seeds)), key=lambda i: (recent_return(i), -i))
+    index = max(range(len(seeds)) if among is None else among, key=lambda i: (recent_return(i), -i))
     return seeds[index], index
 
 
-def learner_state(folder: Path, *, fix: str) -> dict[str, Any]:
-    """The learner's state in the checkpoint `folder` (one seed's: `policy_seed`); a damaged or foreign file is
+def member_policy(saved: dict[str, Any], member: str | None) -> dict[str, Any] | None:
+    """The one-seed state of `member`'s policy in a checkpoint (read's dict): in a population trial's, the best
+    of the seeds of the slot that held `member` when it was saved (None when no slot did: its weights were
+    trained over by a later member); in any other, or with no member named, `policy_seed`'s."""
+    slots = (saved.get("members") or {}).get("slots")
+    if not slots or member is None:
+        return policy_seed(saved["learner"])[0]
+    held = [j for j, (owner, _) in enumerate(slots) if owner == member]
+    if not held:
+        return None
+    per_slot = int(saved["learner"].get("num_seeds", 1)) // len(slots)
+    return policy_seed(saved["learner"], range(held[0] * per_slot, (held[0] + 1) * per_slot))[0]
+
+
+def learner_state(folder: Path, *, fix: str, member: str | None = None) -> dict[str, Any]:
+    """The learner's state in the checkpoint `folder` (one seed's: `member_policy`); a damaged or foreign file is
     one line ending in `fix`."""
     path = folder / CHECKPOINT_FILE
     saved = files.load_checkpoint(path, lambda _: read(folder), fix=fix)
@@ -62,4 +78,9 @@ def learner_state(folder: Path, *, fix: str) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise UserError(f"{path}: not a readable checkpoint (expected a mapping with learner, got "
                         f"{files.short(saved)}); pass a checkpoint folder written by our ppo/dqn")
-    return policy_seed(state)[0]
+    policy = member_policy(saved, member)
+    if policy is None:
+        raise UserError(f"{path}: member {member} is not in this population trial's checkpoint (a later member "
+                        f"trains in its slot); pass a checkpoint saved while it trained, or re-train its config "
+                        f"with tune-rl train --config")
+    return policy

@@ -51,6 +51,9 @@ class Members:
         listing = config.get(reserved.MEMBER_LIST_KEY) or {}
         first = list(listing.get("members") or ())
         self.metric, self.mode = listing.get("metric", "episode_return_mean"), listing.get("mode", "max")
+        # A re-evaluation's trial (tuning/reevaluate.py) also reports every seed's metric and episodes as
+        # `seed_<i>/<name>`: it ranks members by their seeds, where a search judges a member by its aggregate.
+        self.per_seed = bool(listing.get("per_seed"))
         if not first:
             raise ValueError(f"{reserved.MEMBERS_KEY}: a population trial needs its members from the population "
                              f"searcher ({reserved.MEMBER_LIST_KEY} is empty)")
@@ -91,7 +94,9 @@ class Members:
         metric, mode = self.metric, self.mode
         per_seed = split_seeds(seeds_result)
         self.seed_steps = {i: int(row.get("env_steps", 0) or 0) for i, row in per_seed.items()}
-        out: dict[str, Any] = {k: v for k, v in seeds_result.items() if not k.startswith("seed_")}
+        kept = (metric, "episodes") if self.per_seed else ()
+        out: dict[str, Any] = {k: v for k, v in seeds_result.items()
+                               if not k.startswith("seed_") or k.partition("/")[2] in kept}
         best: tuple[float, dict[str, Any]] | None = None
         for j, slot in enumerate(self.slots):
             if slot.member is None:

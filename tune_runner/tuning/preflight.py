@@ -294,6 +294,14 @@ def trial_request(spec: ExperimentSpec, trainable: Any) -> list[dict[str, float]
     return [{k: float(v) for k, v in bundle.items() if v} for bundle in factory.bundles]
 
 
+def trials_at_once(spec: ExperimentSpec, trainable: Any) -> int:
+    """How many trials of the spec the Ray cluster runs at once (its CPUs and GPUs over a trial's request)."""
+    import ray
+
+    have, need = ray.cluster_resources(), summed(trial_request(spec, trainable))
+    return max(1, min(int(have.get(k, 0) // v) for k, v in need.items() if v > 0))
+
+
 def summed(bundles: list[dict[str, float]]) -> Counter:
     """What a trial's bundles ask for in all, per resource."""
     total: Counter = Counter()

@@ -8,6 +8,7 @@ results/ reads finished searches and imports nothing from search/.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -65,21 +66,30 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, record: Back
     """Train every candidate on `seeds` fresh seeds with the search's budget (one Tune run), then rank.
 
     A trainable that trains several seeds as one learner (seeds_per_trial) runs each candidate as one trial of
-    all its seeds, stopped once every seed has reached stop_at; any other runs one trial per seed."""
+    all its seeds, stopped once every seed has reached stop_at; any other runs one trial per seed. After a
+    population search (configs_per_trial), candidates that share their trial-level values train side by side
+    as the members of one population trial (`units`), as many to a trial as keeps every trial slot busy."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
     from tune_runner.tuning.progress_csv import ProgressCSV
 
-    space = _space(spec, picks, seeds=seeds, first_seed=first_seed, batched=record.seeds)
+    batches = units(spec, picks, record=record, seeds=seeds, at_once=_trials_at_once(spec, record)) \
+        if record.seeds else [[i] for i in range(len(picks))]
+    configs = trial_configs(spec, picks, seeds=seeds, first_seed=first_seed, batched=record.seeds, units=batches,
+                            member_keys=record.member_keys)
+    how = ""
+    if any(len(unit) > 1 for unit in batches):
+        how = f", as {len(batches)} population trial(s) of {'/'.join(str(len(u)) for u in batches)} configs"
+    elif record.seeds:
+        how = ", seeds batched: one trial per config"
     print(f"re-evaluating the top {len(picks)} config(s) on {seeds} fresh seeds ({len(picks) * seeds} runs of "
-          f"{spec.budget_env_steps:,} env steps{', seeds batched: one trial per config' if record.seeds else ''})",
-          file=out, flush=True)
+          f"{spec.budget_env_steps:,} env steps{how})", file=out, flush=True)
     stopper = _stopper(spec, batched=record.seeds, count=len(picks))
     tuner = tune.Tuner(
-        record.trainable_class(), param_space=space,
-        tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True,
-                                    max_concurrent_trials=spec.max_concurrent, search_alg=_generator(spec)),
+        record.trainable_class(),
+        tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, reuse_actors=True, num_samples=len(configs),
+                                    max_concurrent_trials=spec.max_concurrent, search_alg=_listed(configs)),
         run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stopper,
                                   verbose=0, callbacks=[_Progress(picks, spec, out), ProgressCSV(),
                                                         JsonLoggerCallback()],
@@ -93,34 +103,90 @@ def reevaluate(spec: ExperimentSpec, picks: Sequence[Candidate], *, record: Back
                 target=target)
 
 
-def _space(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, first_seed: int,
-           batched: bool) -> dict[str, Any]:
-    """The re-evaluation's param_space: each candidate's config with fresh seeds (one grid value per seed, or
-    `seeds_per_trial` seeds from `first_seed` in one trial)."""
-    from ray import tune
-
-    # A candidate is re-trained at the space's budget, not at the share of it a multi-fidelity searcher gave it.
-    left_out = ("seed", *reserved.SEED_KEYS, reserved.BUDGET_KEY)
-    keys = sorted({key for c in picks for key in c.config if key not in left_out})
-    space: dict[str, Any] = {"env": spec.env, "env_config": dict(spec.env_config),
-                             CANDIDATE_KEY: tune.grid_search(list(range(len(picks))))}
-    if batched:
-        space.update({"seed": first_seed, reserved.SEEDS_KEY: seeds, reserved.AGGREGATE_KEY: spec.seed_aggregate})
-    else:
-        space["seed"] = tune.grid_search([first_seed + i for i in range(seeds)])
-    for key in keys:
-        space[key] = tune.sample_from(_Pick(picks, key))
-    return space
+# A candidate is re-trained at the space's budget, not at the share of it a multi-fidelity searcher gave it.
+LEFT_OUT = ("seed", *reserved.SEED_KEYS, reserved.BUDGET_KEY)
 
 
-def _generator(spec: ExperimentSpec) -> Any:
-    """None (Tune's own variant generator), or for a conditional space one that leaves out of each trial the
-    parameters its candidate did not have (`_Pick` gives those None)."""
-    if not spec.conditional:
-        return None
-    from tune_runner.searchers.conditional import PruningVariantGenerator
+def units(spec: ExperimentSpec, picks: Sequence[Candidate], *, record: Backend, seeds: int,
+          at_once: int) -> list[list[int]]:
+    """The candidates (their indices) each re-evaluation trial trains: one each, or after a population search
+    (configs_per_trial > 1, a trainable that trains populations) the candidates that share every trial-level
+    value as the members of one trial. A trial holds at most as many member seeds as the search's own trials
+    did (configs_per_trial x seeds_per_trial, what its memory was checked for), and no more members than
+    leave `at_once` trials to run side by side: on 2 CPU cores, 2 candidates stay 2 trials of their seeds
+    each; on one GPU that all trials share, they become one trial."""
+    if spec.configs_per_trial == 1 or not record.member_keys:
+        return [[i] for i in range(len(picks))]
+    most = max(1, min(spec.configs_per_trial * spec.seeds_per_trial // seeds, math.ceil(len(picks) / at_once)))
+    groups: dict[tuple, list[int]] = {}
+    for i, pick in enumerate(picks):
+        shared = tuple(sorted((k, repr(v)) for k, v in pick.config.items()
+                              if k not in LEFT_OUT and k not in record.member_keys))
+        groups.setdefault(shared, []).append(i)
+    return [group[start:start + most] for group in groups.values() for start in range(0, len(group), most)]
 
-    return PruningVariantGenerator(spec.space)
+
+def _trials_at_once(spec: ExperimentSpec, record: Backend) -> int:
+    """How many re-evaluation trials Ray runs side by side: the cluster's resources over a trial's request,
+    at most the space's max_concurrent."""
+    from tune_runner.tuning.preflight import trials_at_once
+
+    return min(spec.max_concurrent or math.inf, trials_at_once(spec, record.trainable_class()))
+
+
+def trial_configs(spec: ExperimentSpec, picks: Sequence[Candidate], *, seeds: int, first_seed: int,
+                  batched: bool, units: Sequence[Sequence[int]] | None = None,
+                  member_keys: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The re-evaluation's trials, each config whole: a candidate's config (only the keys it had: a conditional
+    space's inactive ones stay out) with fresh seeds, one trial per seed or `seeds` seeds from `first_seed` in
+    one trial; a unit of several candidates as one population trial (CANDIDATE_KEY lists them, their shared
+    trial-level values in its config, each one's member values in its member list)."""
+    units = [[i] for i in range(len(picks))] if units is None else units
+    base = {"env": spec.env, "env_config": dict(spec.env_config)}
+    configs = []
+    for unit in units:
+        population = len(unit) > 1
+        own = {k: v for k, v in picks[unit[0]].config.items()
+               if k not in LEFT_OUT and not (population and k in member_keys)}
+        config = {**base, **own, CANDIDATE_KEY: list(unit) if population else unit[0]}
+        if population:
+            config[reserved.MEMBERS_KEY] = len(unit)
+            config[reserved.MEMBER_LIST_KEY] = {
+                "members": [{"id": picks[i].trial_id, "values": {k: picks[i].config[k] for k in member_keys
+                                                                 if k in picks[i].config}} for i in unit],
+                "metric": spec.metric, "mode": spec.mode, "per_seed": True}
+        if batched:
+            configs.append({**config, "seed": first_seed, reserved.SEEDS_KEY: seeds,
+                            reserved.AGGREGATE_KEY: spec.seed_aggregate})
+        else:
+            configs.extend({**config, "seed": first_seed + i} for i in range(seeds))
+    return configs
+
+
+def _listed(configs: Sequence[dict[str, Any]]) -> Any:
+    """A Tune searcher that gives each of `configs` to one trial, in order, then is finished. Whole configs, not
+    a param_space: Tune resolves a param_space's sample_from functions only as a trial starts, after a search
+    algorithm has seen its config, so nothing could leave a key out of it."""
+    from ray.tune.search import Searcher
+
+    class Listed(Searcher):
+        def __init__(self, configs: Sequence[dict[str, Any]]) -> None:
+            super().__init__()
+            self.configs, self.given = [copy.deepcopy(c) for c in configs], 0
+
+        def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+            return True
+
+        def suggest(self, trial_id: str) -> dict[str, Any] | str:
+            if self.given == len(self.configs):
+                return Searcher.FINISHED
+            self.given += 1
+            return self.configs[self.given - 1]
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            pass
+
+    return Listed(configs)
 
 
 def _stopper(spec: ExperimentSpec, *, batched: bool, count: int) -> Any:
@@ -158,16 +224,17 @@ def _batched_runs(grid: Any, spec: ExperimentSpec, *, count: int) -> dict[int, l
         env_steps = history["env_steps"].tolist()
         # Ended before the budget with a seed unsolved, and not by an error: RankingStopper found it decided
         stopped = int(env_steps[-1]) if result.error is None and int(env_steps[-1]) < spec.budget_env_steps else None
-        for index, seed in enumerate(seed_numbers(config)):
-            column = seed_key(index, spec.metric)
-            if column in history:
-                episodes = seed_key(index, "episodes")
-                run = _seed_run(spec, seed, history[column].tolist(), env_steps,
-                                history[episodes].tolist() if episodes in history else None, config=config)
-                if run is not None:
-                    run = replace(run, trial_path=result.path,
-                                  stopped_at=stopped if run.reached_at is None else None)
-                    runs[int(config[CANDIDATE_KEY])].append(run)
+        for candidate, indices, seeds in trained(config):
+            for index, seed in zip(indices, seeds, strict=True):
+                column = seed_key(index, spec.metric)
+                if column in history:
+                    episodes = seed_key(index, "episodes")
+                    run = _seed_run(spec, seed, history[column].tolist(), env_steps,
+                                    history[episodes].tolist() if episodes in history else None, config=config)
+                    if run is not None:
+                        run = replace(run, trial_path=result.path,
+                                      stopped_at=stopped if run.reached_at is None else None)
+                        runs[candidate].append(run)
     return runs
 
 
@@ -184,21 +251,16 @@ def _seed_run(spec: ExperimentSpec, seed: int, values: list[Any], env_steps: lis
     return SeedRun(seed, finite[-1][0], None) if finite else None
 
 
-def seed_numbers(config: dict[str, Any]) -> list[int]:
-    """The seeds a trial of `config` trains, in its seed_<i> order (the learner's documented derivation)."""
+def trained(config: dict[str, Any]) -> list[tuple[int, range, list[int]]]:
+    """What a re-evaluation trial of `config` trains: per candidate, its seeds' indices in the trial's seed_<i>
+    order and their seed numbers (the learner's documented derivation); a population trial's candidates in
+    their slots' order, each slot seeds_per_trial seeds (trainables.members)."""
     from tune_runner.algos.seeds import derived_seeds
 
-    return derived_seeds(int(config.get("seed", 0)), int(config.get(reserved.SEEDS_KEY, 1)))
-
-
-class _Pick:
-    """`tune.sample_from` body: the value of `key` in the trial's candidate config (picklable)."""
-
-    def __init__(self, picks: Sequence[Candidate], key: str) -> None:
-        self.values = [c.config.get(key) for c in picks]
-
-    def __call__(self, spec: Any) -> Any:
-        return self.values[int(spec.config[CANDIDATE_KEY])]
+    unit, k = config.get(CANDIDATE_KEY, 0), int(config.get(reserved.SEEDS_KEY, 1))
+    candidates = unit if isinstance(unit, list) else [unit]
+    numbers = derived_seeds(int(config.get("seed", 0)), k * len(candidates))
+    return [(int(c), range(j * k, (j + 1) * k), numbers[j * k:(j + 1) * k]) for j, c in enumerate(candidates)]
 
 
 def _progress_class() -> type:
@@ -218,34 +280,43 @@ def _progress_class() -> type:
             self.reached.setdefault(trial.trial_id, set()).update(seeds_reached(self.spec, result))
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            index, last = int(trial.config[CANDIDATE_KEY]), trial.last_result or {}
-            value = last.get(self.spec.metric, math.nan)
-            solved = _solved_said(trial.config, last, self.reached.get(trial.trial_id, set()), self.spec)
-            if self.out is not None:
-                print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, last, self.spec)}: "
-                      f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
+            """A line per candidate the trial trained (a population trial's: one per member)."""
+            from tune_runner.spec.seed_keys import member_key
+
+            last, population = trial.last_result or {}, isinstance(trial.config.get(CANDIDATE_KEY), list)
+            reached = self.reached.get(trial.trial_id, set())
+            for slot, (index, indices, seeds) in enumerate(trained(trial.config)):
+                value = last.get(member_key(slot, self.spec.metric) if population else self.spec.metric, math.nan)
+                solved = _solved_said(trial.config, last, reached & set(indices), self.spec)
+                if self.out is not None:
+                    print(f"  #{index + 1} {self.picks[index].trial_id} "
+                          f"{_seeds_said(trial.config, last, self.spec, indices, seeds)}: "
+                          f"{self.spec.metric} {value:.1f}{solved}", file=self.out, flush=True)
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             """A re-evaluation trial that failed is named with its error, not left to read as a NaN."""
             from tune_runner.tracking.callback import last_error_line
 
             if self.out is not None:
-                index = int(trial.config[CANDIDATE_KEY])
-                print(f"  #{index + 1} {self.picks[index].trial_id} {_seeds_said(trial.config, {}, self.spec)} "
-                      f"errored: {last_error_line(trial)}", file=self.out, flush=True)
+                for index, indices, seeds in trained(trial.config):
+                    print(f"  #{index + 1} {self.picks[index].trial_id} "
+                          f"{_seeds_said(trial.config, {}, self.spec, indices, seeds)} "
+                          f"errored: {last_error_line(trial)}", file=self.out, flush=True)
 
     return Progress
 
 
-def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSpec) -> str:
-    """`seed 1000`, or for a trial of several seeds `seeds 1000, 11007, 21014 (412.0, 500.0, 488.5; iqm)`."""
-    from tune_runner.spec.seed_keys import per_seed
+def _seeds_said(config: dict[str, Any], last: dict[str, Any], spec: ExperimentSpec, indices: Sequence[int],
+                seeds: Sequence[int]) -> str:
+    """`seed 1000`, or for several seeds (`indices` in the trial, numbered `seeds`) `seeds 1000, 11007, 21014
+    (412.0, 500.0, 488.5; iqm)`."""
+    from tune_runner.spec.seed_keys import seed_key
 
-    if int(config.get(reserved.SEEDS_KEY, 1)) == 1:
-        return f"seed {config['seed']}"
-    values = ", ".join(f"{v:.1f}" for v in per_seed(last, spec.metric))
-    seeds = f"seeds {', '.join(map(str, seed_numbers(config)))}"
-    return f"{seeds} ({values}; {spec.seed_aggregate})" if values else seeds
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    values = ", ".join(f"{last[seed_key(i, spec.metric)]:.1f}" for i in indices if seed_key(i, spec.metric) in last)
+    said = f"seeds {', '.join(map(str, seeds))}"
+    return f"{said} ({values}; {spec.seed_aggregate})" if values else said
 
 
 def _solved_said(config: dict[str, Any], last: dict[str, Any], reached: set[int], spec: ExperimentSpec) -> str:
@@ -257,7 +328,7 @@ def _solved_said(config: dict[str, Any], last: dict[str, Any], reached: set[int]
     if spec.stop_at is None:
         return ""
     steps, k = int(last.get("env_steps", 0)), int(config.get(reserved.SEEDS_KEY, 1))
-    if k == 1:
+    if k == 1 and not isinstance(config.get(CANDIDATE_KEY), list):
         return f", solved at {steps:,} env steps" if spec.reached(last) \
             else f", not solved in {spec.budget_env_steps:,} env steps"
     early = "; stopped: its unsolved seeds could no longer change the verdict" \

@@ -37,6 +37,7 @@ from tune_runner.tuning.preflight import (  # noqa: F401 - prepare and Prepared 
     check_resources,
     check_storage,
     prepare,
+    trials_at_once,
     with_trial_resources,
 )
 from tune_runner.tuning.stopper import BudgetStopper  # noqa: F401 - 0.1.0's pickles name tune_runner.runner.BudgetStopper
@@ -191,7 +192,7 @@ def _checked_on_ray(prepared: Prepared, options: RunOptions, exp_path: Path, *, 
     """The checks that need Ray; then a new search's options are saved (a refused search leaves nothing)."""
     check_resources(prepared.spec, prepared)
     if prepared.spec.configs_per_trial > 1 and prepared.spec.max_concurrent is None:
-        prepared.searcher.concurrent = trials_at_once(prepared)
+        prepared.searcher.concurrent = trials_at_once(prepared.spec, prepared.trainable)
     _note_storage(options, out)
     if not options.resume:
         resume.save(exp_path, spec=prepared.spec, options=options)
@@ -305,16 +306,6 @@ def _fit(spec: ExperimentSpec, prepared: Prepared, *, name: str, where: storage.
     if spec.configs_per_trial > 1:  # its trials are as many as ran at once, each refilled: none is owed
         return live
     return live + max(0, spec.num_trials - len(trials))
-
-
-def trials_at_once(prepared: Prepared) -> int:
-    """How many trials of the spec the Ray cluster runs at once (its CPUs and GPUs over a trial's request)."""
-    import ray
-
-    from tune_runner.tuning.preflight import summed, trial_request
-
-    have, need = ray.cluster_resources(), summed(trial_request(prepared.spec, prepared.trainable))
-    return max(1, min(int(have.get(k, 0) // v) for k, v in need.items() if v > 0))
 
 
 def checkpoints_to_keep(prepared: Prepared) -> int:

@@ -98,8 +98,8 @@ class RankingStopper(EverySeedStopper):
         from tune_runner.spec.seed_keys import per_seed
 
         candidate = (result.get("config") or {}).get(reserved.CANDIDATE_KEY)
-        if candidate is None:  # not a re-evaluation trial: judged by EverySeedStopper alone
-            return super().__call__(trial_id, result)
+        if candidate is None or isinstance(candidate, list):  # not one candidate's (a search's trial, or a
+            return super().__call__(trial_id, result)        # population trial of several): EverySeedStopper
         trial = self.trials.setdefault(trial_id, _Trial(int(candidate)))
         trial.env_steps = int(result.get("env_steps", 0))
         for index in seeds_reached(self.spec, result):
