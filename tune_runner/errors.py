@@ -15,6 +15,7 @@ class ExitStatus(IntEnum):
     BAD_INPUT = 2
     ALL_TRIALS_FAILED = 3
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # what reads our stdout closed it (`| head`): 128 + SIGPIPE, as cat or grep end then
 
 
 class UserError(Exception):
