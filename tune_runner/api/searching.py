@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from tune_runner.api.checks import check_run_settings, name_setting, positive, run_options, storage_setting
 from tune_runner.api.results import SearchResult, best_result
-from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError
+from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError, raised_as
 
 Overrides = Mapping[str, Any] | Iterable[str] | None
 
@@ -110,12 +110,8 @@ def load(space: str, *, overrides: Overrides = None) -> Any:
     validate, NotFound when there is no such space."""
     from tune_runner.spec.experiment import load_spec
 
-    try:
+    with raised_as(SpecError):  # NotFound stays NotFound
         return load_spec(space, overrides=set_items(overrides))
-    except UserError as exc:
-        if type(exc) is not UserError:  # already of a kind (NotFound)
-            raise
-        raise SpecError(*exc.args).with_traceback(exc.__traceback__) from None
 
 
 def set_items(overrides: Overrides) -> list[str]:
