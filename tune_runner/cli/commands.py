@@ -128,6 +128,10 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.results.analysis import fmt_config, fmt_value
 
     shown = err_or_out(args, out)
+    if args.export:
+        from tune_runner.api.results import export_target
+
+        export_target(args.export)  # refused before a re-evaluation starts Ray
     best = api.best(args.experiment, storage=args.storage, mlflow_uri=args.mlflow_uri, metric=args.metric,
                     mode=args.mode, scope=args.scope, reevaluate=args.reevaluate, seeds=args.seeds,
                     num_cpus=args.num_cpus, out=shown)

@@ -333,15 +333,14 @@ def check_storage(storage: Path | str) -> None:
     """The results folder must exist or be creatable, and be writable, before anything starts.
     A URI (tune_runner.storage) must at least open and answer."""
     from tune_runner import storage as results
-    from tune_runner.paths import unwritable
+    from tune_runner.paths import check_home, default_storage, writable_folder
 
+    if results.is_uri(storage) or Path(storage) == default_storage():
+        check_home()  # the default's folder, or a URI's local copy, goes under it
     if results.is_uri(storage):
         results.exists(str(storage))
-        return
-    problem = unwritable(Path(storage))
-    if problem:
-        raise UserError(f"--storage {storage}: cannot create or write a folder there ({problem}); "
-                        f"choose a folder you can write to")
+    elif Path(storage) != default_storage():  # made with TUNE_RL_HOME, checked above
+        writable_folder(Path(storage), setting=f"--storage {storage}")
 
 
 def check_register(prepared: Prepared, name: str | None) -> None:
