@@ -150,7 +150,7 @@ def load_policy(path: str | Path) -> Any:
 
     >>> import gymnasium
     >>> import tune_runner as tr
-    >>> policy = tr.load_policy("best.yaml")
+    >>> policy = tr.load_policy("cartpole.yaml")  # tune-rl best --export cartpole.yaml wrote it
     >>> env = gymnasium.make(policy.env_id, **policy.env_config)
     >>> observation, _ = env.reset(seed=0)
     >>> action = policy.compute_single_action(observation)
