@@ -170,3 +170,17 @@ def test_the_package_is_the_api_and_stays_light():
              "print([m for m in ('ray', 'torch', 'mlflow', 'pandas', 'gymnasium') if m in sys.modules])")
     ran = subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, check=False)
     assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"gamma": 1.5}, "ppo rejects this config: PPOConfig.gamma must be in (0, 1], got gamma=1.5"),
+    ({"lr": "fast"}, "ppo rejects this config: PPOConfig.lr must be a number, got lr='fast' (a str)"),
+    ({"lrr": 0.1}, "fixed.lrr: not a setting of ppo; did you mean 'lr'?"),
+], ids=["out-of-range", "not-a-number", "unknown-key"])
+def test_an_override_the_trainable_refuses_is_a_spec_error_before_ray(overrides, fragment, untouched):
+    """The README promises tr.SpecError for an override that does not validate: the space loads, and the
+    trainable's own check (preflight) refuses it, before Ray starts and before anything is written."""
+    with pytest.raises(tr.SpecError) as raised:
+        tr.search("ppo_small", overrides=overrides)
+    assert fragment in str(raised.value)
+    untouched.check()

@@ -131,12 +131,12 @@ def test_bad_space_file(path, cli, untouched):
       "choose a folder you can write to"]),
     (["search", "--space", "oracle", "--storage", "/etc/hostname"], ["--storage /etc/hostname: cannot create or "
                                                                      "write a folder there (/etc/hostname: Not a"]),
-    (["search", "--space", "oracle", "--storage", "/proc/tune-rl/results"],
-     ["--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: No such file or directory)"]),
-    (["train", "--env_name", "CartPole-v1", "--storage", "/proc/tune-rl/results"],
-     ["--storage /proc/tune-rl/results: cannot create or write a folder there"]),
-    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:///store/mlflow.db", "--storage", "/proc/tune-rl/r"],
-     ["--storage /proc/tune-rl/r: cannot create or write"]),  # and ./store, where the store would go, is not made
+    (["search", "--space", "oracle", "--storage", "/proc/tune-rl"],
+     ["--storage /proc/tune-rl: cannot create or write a folder there (/proc: No such file or directory)"]),
+    (["train", "--env_name", "CartPole-v1", "--storage", "/proc/tune-rl"],
+     ["--storage /proc/tune-rl: cannot create or write a folder there"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:///store/mlflow.db", "--storage", "/proc/tune-rl"],
+     ["--storage /proc/tune-rl: cannot create or write"]),  # and ./store, where the store would go, is not made
     (["search", "--space", "oracle", "--address", "127.0.0.1:9"],
      ["--address 127.0.0.1:9: nothing answers at 127.0.0.1:9"]),  # before the header: a refusal prints nothing else
     # --name: one folder name under --storage; experiment names that other commands read stay inside it too
@@ -188,6 +188,12 @@ def test_bad_space_file(path, cli, untouched):
     (["search", "--space", "oracle", "--mlflow-uri", "postgresql+nosuchdriver://db/mlflow"],
      ["--mlflow-uri postgresql+nosuchdriver://db/mlflow: not a database URI SQLAlchemy reads (Can't load plugin",
       "write postgresql://user:password@host:port/database"]),
+    # a typo in a path makes no folders at the root: tune-rl makes at most the last folder of a path it is given
+    (["search", "--space", "oracle", "--mlflow-uri", "sqlite:////nonexistent/dir/mlflow.db"],
+     ["--mlflow-uri sqlite:////nonexistent/dir/mlflow.db: /nonexistent does not exist, and tune-rl makes only the "
+      "last folder of a path; fix the path, or make /nonexistent first"]),
+    (["search", "--space", "oracle", "--storage", "/nonexistent/dir/results"],
+     ["--storage /nonexistent/dir/results: /nonexistent/dir does not exist, and tune-rl makes only the last"]),
     (["search", "--space", "oracle", "--mlflow-uri", "sqlite:////etc/hostname/mlflow.db"],
      ["--mlflow-uri sqlite:////etc/hostname/mlflow.db: cannot write the store's folder (/etc/hostname: Not a "
       "directory); choose a folder you can write to"]),
@@ -195,8 +201,8 @@ def test_bad_space_file(path, cli, untouched):
      [f"cannot write {HERE / 'bad_inputs'} (Is a directory); choose a file you can write to"]),
     (["search", "--space", "oracle", "--mlflow-uri", f"sqlite:///{HERE / 'bad_inputs' / 'bad_mode.yaml'}"],
      [f"{HERE / 'bad_inputs' / 'bad_mode.yaml'} is not an SQLite database (file is not a database); point it at"]),
-    (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/tune-rl/mlruns"],
-     ["--mlflow-uri file:///proc/tune-rl/mlruns: cannot write the store's folder (/proc: No such file or"]),
+    (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/mlruns"],
+     ["--mlflow-uri file:///proc/mlruns: cannot write the store's folder (/proc: No such file or"]),
     (["search", "--space", "oracle", "--register-model", "policy"],
      ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
     (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
@@ -254,6 +260,60 @@ def test_bad_flags(argv, fragments, cli, untouched):
     untouched.check(argv)
 
 
+@pytest.mark.parametrize("argv", [
+    ["search", "--space", "oracle", "--mlflow-uri", "sqlite:///{typo}/mlflow.db"],
+    ["search", "--space", "oracle", "--mlflow-uri", "file://{typo}"],
+    ["search", "--space", "oracle", "--storage", "{typo}"],
+    ["train", "--env_name", "CartPole-v1", "--storage", "{typo}"],
+    ["verify", "{bundle}", "--storage", "{typo}"],
+    ["best", "{exp}", "--export", "{typo}/best.yaml"],
+], ids=["sqlite", "file-store", "storage", "train-storage", "verify-storage", "export"])
+def test_a_path_whose_parent_is_missing_is_refused_and_nothing_made(argv, cli, untouched, tmp_path):
+    """Every path a user gives goes through one rule (paths.writable_folder): tune-rl makes at most its last
+    folder; a missing parent is a typo, refused in one line with the flag, the value and the fix."""
+    import yaml
+
+    from tests.mlflow_helpers import hand_spec, write_search_folder
+    from tests.test_robust import _bundle, _sure_verdict
+
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "best.yaml").write_text(yaml.safe_dump(_bundle(tmp_path / "bundle", _sure_verdict())))
+    write_search_folder(tmp_path / "exp", hand_spec())
+    untouched.mark()
+    typo = tmp_path / "typo" / "dir"
+    argv = [word.format(typo=typo, bundle=tmp_path / "bundle" / "best.yaml", exp=tmp_path / "exp") for word in argv]
+    result = cli(*argv)
+    flag = argv[-2]
+    assert_one_line_error(result, f"{flag} {argv[-1]}: {tmp_path / 'typo'} does not exist, and tune-rl makes only the "
+                                  f"last folder of a path; fix the path, or make {tmp_path / 'typo'} first")
+    untouched.check(argv)
+
+
+@pytest.mark.parametrize("argv", [["search", "--space", "oracle"], ["search", "--space", "oracle", "--storage", "r"],
+                                  ["train", "--env_name", "CartPole-v1"], ["dashboard"]])
+def test_a_tune_rl_home_that_is_a_file_is_named_as_the_variable(argv, cli, untouched, tmp_path, monkeypatch):
+    """A default derived from an environment variable names the variable, not a flag the user never gave (it
+    blamed --mlflow-uri)."""
+    home = tmp_path / "home-file"
+    home.write_text("not a folder\n")
+    monkeypatch.setenv("TUNE_RL_HOME", str(home))
+    untouched.mark()
+    result = cli(*argv)
+    assert_one_line_error(result, f"TUNE_RL_HOME={home}: cannot create or write a folder there ({home}: Not a "
+                                  f"directory); point TUNE_RL_HOME at a folder you can write to, or unset it")
+    assert "--mlflow-uri" not in result.err and "--storage" not in result.err
+    untouched.check(argv)
+
+
+def test_a_tune_rl_home_under_a_missing_folder_is_named_as_the_variable(cli, untouched, tmp_path, monkeypatch):
+    home = tmp_path / "typo" / "tune-rl"
+    monkeypatch.setenv("TUNE_RL_HOME", str(home))
+    result = cli("search", "--space", "oracle")
+    assert_one_line_error(result, f"TUNE_RL_HOME={home}: {tmp_path / 'typo'} does not exist, and tune-rl makes only "
+                                  f"the last folder of a path; fix the path, or make {tmp_path / 'typo'} first")
+    untouched.check()
+
+
 def test_an_address_where_nothing_listens_is_refused_and_one_that_answers_passes():
     """The check a search with --address makes before ray.init (which would retry for minutes);
     tests/test_cluster_e2e.py runs it through a fresh driver."""
@@ -285,8 +345,8 @@ def test_verify_refuses_a_storage_it_cannot_write_before_ray(cli, untouched, tmp
     bundle.parent.mkdir()
     bundle.write_text(yaml.safe_dump(_bundle(bundle.parent, _sure_verdict())))
     untouched.mark()
-    result = cli("verify", str(bundle), "--storage", "/proc/tune-rl/results")
-    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there (/proc: ")
+    result = cli("verify", str(bundle), "--storage", "/proc/tune-rl")
+    assert_one_line_error(result, "--storage /proc/tune-rl: cannot create or write a folder there (/proc: ")
     untouched.check()
 
 
@@ -335,9 +395,9 @@ def test_a_database_store_that_refuses_us_is_named_before_launch(postgres, wrong
 
 @pytest.mark.e2e  # a real PostgreSQL server: not for the quick unit run
 def test_a_refusal_after_the_database_check_leaves_no_run_in_it(postgres, cli, untouched):
-    argv = ["search", "--space", "oracle", "--mlflow-uri", postgres.uri, "--storage", "/proc/tune-rl/results"]
+    argv = ["search", "--space", "oracle", "--mlflow-uri", postgres.uri, "--storage", "/proc/tune-rl"]
     result = cli(*argv)
-    assert_one_line_error(result, "--storage /proc/tune-rl/results: cannot create or write a folder there")
+    assert_one_line_error(result, "--storage /proc/tune-rl: cannot create or write a folder there")
     untouched.check(argv)  # counts the runs in PostgreSQL itself
 
 

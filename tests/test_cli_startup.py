@@ -9,6 +9,11 @@ modules moved into packages, are checked the same way. Times are measured in ben
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +153,25 @@ def test_best_on_a_finished_experiment_imports_no_ray_torch_or_pandas(tmp_path):
     ran = run_entry_point(["best", "done", "--scope", "max"], tmp_path, env=env)
     assert ran["status"] in (0, None) and "abc_00001" in ran["out"] and "40" in ran["out"], ran["err"]
     assert ran["heavy"] == [], f"tune-rl best imported {ran['heavy']}"
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(buffered, tmp_path):
+    """`tune-rl completion zsh | head -2` once ended in "unexpected error: BrokenPipeError". Here head has read
+    two lines and exited before tune-rl writes (through a FIFO, so that the order is certain); tune-rl then says
+    nothing and ends 141, as a command that SIGPIPE ends. Buffered, the write fails in the last flush at exit."""
+    tune_rl = Path(sys.executable).with_name("tune-rl")
+    script = f"""
+        mkfifo pipe
+        head -2 < pipe > head.out & reader=$!
+        exec 3> pipe
+        printf 'one\\ntwo\\n' >&3
+        wait $reader
+        {shlex.quote(str(tune_rl))} completion zsh >&3
+        echo "status $?"
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | ({} if buffered else
+                                                                           {"PYTHONUNBUFFERED": "1"})
+    ran = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "head.out").read_text() == "one\ntwo\n"
+    assert ran.stderr == "" and ran.stdout == "status 141\n", (ran.stdout, ran.stderr)

@@ -233,3 +233,33 @@ def test_a_conditional_searcher_saves_and_restores_as_tune_resumes_it(name, tmp_
         config = restored.searcher.suggest(f"t{i}")
         config.pop("tune_rl_budget", None)
         assert set(config) == expected_keys(config), config
+
+
+# As runner.run does it: the driver's logs quieted, then the searcher built (prepare), then Tune hands it the
+# space, where OptunaSearch makes its study; a conditional space makes it in the constructor.
+QUIET_SEARCHER = """
+from tune_runner.cluster.session import quiet_logs
+from tune_runner.searchers import build_searcher
+from tune_runner.spec.experiment import Component, load_spec
+from tune_runner.spec.search_space import parse_space
+
+quiet_logs(verbose=False)
+spec = load_spec("oracle")
+searcher = build_searcher(Component("optuna", {"seed": 1}), params=spec.space, where="oracle.yaml")
+searcher.set_search_properties(spec.metric, spec.mode, spec.param_space())
+searcher.suggest("t0")
+conditional = parse_space({"a": {"choice": [1, 2]}, "b": {"uniform": [0, 1], "when": {"a": 1}}}, where="f.yaml")
+build_searcher(Component("optuna", {"seed": 1}), params=conditional, where="f.yaml").suggest("t0")
+print("built")
+"""
+
+
+def test_optuna_says_nothing_into_the_live_view():
+    """Optuna's first import sets its own logger to INFO, and each study it makes printed "[I ...] A new study
+    created in memory" in the middle of the live view. A fresh interpreter: one that imported Optuna before
+    would not show it."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", QUIET_SEARCHER], capture_output=True, text=True, timeout=120)
+    assert ran.stdout == "built\n" and ran.stderr == "", ran.stderr

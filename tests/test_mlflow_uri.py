@@ -145,9 +145,11 @@ def test_sqlite_stores_are_checked_without_creating_anything(tmp_path):
 
     from tune_runner.tracking.uri import create_store_folder
 
-    new = tmp_path / "new" / "dir" / "m.db"
+    new = tmp_path / "new" / "m.db"
     assert check_uri(f"sqlite:///{new}") is None
     assert list(tmp_path.iterdir()) == []  # the folder is made when the search opens the store
+    with pytest.raises(UserError, match=r"/new does not exist, and tune-rl makes only the last folder of a path"):
+        check_uri(f"sqlite:///{tmp_path / 'new' / 'dir' / 'm.db'}")  # two folders to make: a typo, likely
     create_store_folder(f"sqlite:///{new}")  # what tracking.client does first
     assert new.parent.is_dir() and not new.exists()
     with sqlite3.connect(tmp_path / "store.db") as database:

@@ -89,6 +89,27 @@ def test_trial_folder_and_bundle_take_the_newest_checkpoint(trained, tmp_path):
                                   trained.learner.compute_actions(observations(), explore=False))
 
 
+def test_the_load_policy_docstring_example_runs_as_written(trained, tmp_path, monkeypatch):
+    """tr.load_policy's docstring once called `policy.act`, which no policy has: its example is run here as a
+    doctest, from a folder holding the bundle it loads."""
+    import doctest
+
+    import tune_runner as tr
+    from tune_runner.results import export
+    from tune_runner.results.analysis import Best
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.trainables.catalog import backend
+
+    spec = load_spec("ppo_small" if trained.name == "ppo" else "dqn_small")
+    best = Best(trial_id="t1", config=CONFIGS[trained.name], value=1.0, metric=spec.metric, mode="max",
+                scope="last", last_result={}, trial_path=str(trained.trial))
+    export.bundle(spec, best, record=backend(spec.trainable), experiment="exp").write(tmp_path / "cartpole.yaml")
+    monkeypatch.chdir(tmp_path)
+    [example] = doctest.DocTestFinder().find(tr.load_policy, "load_policy", globs={})
+    ran = doctest.DocTestRunner(verbose=False).run(example)
+    assert ran.attempted >= 6 and ran.failed == 0, ran
+
+
 def test_bundles_without_a_usable_checkpoint(tmp_path):
     from tune_runner.results import export
     from tune_runner.results.analysis import Best

@@ -78,10 +78,10 @@ def test_sqlite_artifacts_sit_beside_the_database(tmp_path):
 def test_check_uri(tmp_path):
     from tune_runner.tracking.callback import client
 
-    check_uri(f"sqlite:///{tmp_path}/new/dir/m.db")
+    check_uri(f"sqlite:///{tmp_path}/new/m.db")
     assert not (tmp_path / "new").exists()  # a check writes nothing: a later refusal would leave it
-    client(f"sqlite:///{tmp_path}/new/dir/m.db")  # opening the store for the search makes its folder
-    assert (tmp_path / "new" / "dir").is_dir()
+    client(f"sqlite:///{tmp_path}/new/m.db")  # opening the store for the search makes its folder
+    assert (tmp_path / "new").is_dir()
     with pytest.raises(UserError, match="unreachable"):
         check_uri("http://127.0.0.1:9")
 

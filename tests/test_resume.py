@@ -4,6 +4,7 @@ refuses, the printed resume command, and finding the MLflow parent run in a real
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -122,20 +123,20 @@ def test_a_search_saved_before_run_options_resumes_with_this_commands_flags(tmp_
     opts = no_run[0][1]
     assert opts == runner.RunOptions(storage=folder.parent, mlflow_uri=f"sqlite:///{tmp_path / 'given.db'}",
                                      name="exp", resume=True)
-    assert resume.command("exp", opts) == f"tune-rl resume exp --mlflow-uri sqlite:///{tmp_path / 'given.db'}"
+    assert resume.run_command("exp", opts) == f"tune-rl resume exp --mlflow-uri sqlite:///{tmp_path / 'given.db'}"
 
 
 def test_the_printed_resume_command_parses_back_to_the_same_search(tmp_path, _isolated_home):
     from tune_runner.cli.main import build_parser
 
     default = options(_isolated_home, storage=_isolated_home / "results")
-    assert resume.command("exp", default) == "tune-rl resume exp"  # the saved options carry the rest
+    assert resume.run_command("exp", default) == "tune-rl resume exp"  # the saved options carry the rest
     odd = options(tmp_path, storage=tmp_path / "it's here")
-    line = resume.command("exp", odd)
+    line = resume.run_command("exp", odd)
     args = build_parser().parse_args(shlex.split(line)[1:])
     assert (args.command, args.name, args.storage, args.mlflow_uri) == ("resume", "exp", odd.storage, None)
     uri = options(tmp_path, storage="s3://bucket/results", mlflow_uri=f"https://{SECRET}@mlflow.example")
-    assert resume.command("exp", uri) == ("tune-rl resume exp --storage s3://bucket/results --mlflow-uri "
+    assert resume.run_command("exp", uri) == ("tune-rl resume exp --storage s3://bucket/results --mlflow-uri "
                                           "'https://***@mlflow.example'  # put the secret back in place of ***")
 
 
@@ -193,3 +194,65 @@ def test_the_report_finds_the_parent_run_by_search_id_or_by_a_quoted_path(tmp_pa
                               search_id="cd" * 16)
     assert parent_run.log_report(uri, "oracle", tmp_path / "moved", report, search_id="cd" * 16) == new
     assert [a.path for a in client.list_artifacts(new, "report")] == ["report/index.html"]
+
+
+def followed(printed: str, cli, no_run: list) -> runner.RunOptions:
+    """Run the `tune-rl resume ...` command at the end of `printed` word for word, as a shell reads it (a note
+    after # is not a word); the options the resume would run the search with."""
+    line = printed[printed.index("tune-rl resume "):].strip()
+    argv = shlex.split(line, comments=True)
+    assert argv[:2] == ["tune-rl", "resume"], line
+    result = cli(*argv[1:])
+    assert result.status == 0, (line, result.err)  # past "no such folder": the resume reached runner.run
+    return no_run.pop()[1]
+
+
+@pytest.fixture
+def elsewhere(tmp_path, _isolated_home):
+    """A search saved under a --storage other than the default (a quote and a space in its path) and logging to
+    a store other than the default."""
+    opts = options(tmp_path, storage=tmp_path / "it's results", mlflow_uri=f"sqlite:///{tmp_path / 'store.db'}")
+    saved_search(opts)
+    return replace(opts, name="exp", resume=True)
+
+
+def test_the_hint_of_a_refused_search_resume_works_as_printed(elsewhere, cli, no_run):
+    refused = cli("search", "--resume", "exp", "--storage", str(elsewhere.storage), "--space", "oracle")
+    assert refused.status == 2 and not no_run, refused.err
+    assert followed(refused.err, cli, no_run) == elsewhere
+
+
+def test_the_hint_of_a_name_taken_works_as_printed(elsewhere, cli, forbid_ray, monkeypatch):
+    refused = cli("search", "--space", "oracle", "--storage", str(elsewhere.storage), "--name", "exp")
+    assert refused.status == 2 and "--name exp: " in refused.err and "exists already" in refused.err, refused.err
+    assert followed(refused.err, cli, record_runs(monkeypatch)) == elsewhere
+
+
+def test_the_hints_of_an_interrupted_search_work_as_printed(elsewhere, cli, monkeypatch, no_run):
+    """tr.Interrupted names the Python call and the shell command; each continues the same search."""
+    import tune_runner as tr
+
+    def interrupted(spec, opts, **_):
+        return runner.Outcome(runner.local_folder(opts.storage, opts.name), None, None, Counter(), 1.0,
+                              interrupted=True)
+
+    monkeypatch.setattr(runner, "run", interrupted)
+    with pytest.raises(tr.Interrupted) as raised:
+        tr.search("oracle", name="exp", storage=elsewhere.storage, mlflow_uri=elsewhere.mlflow_uri)
+    message = str(raised.value)
+    no_run = record_runs(monkeypatch)
+    call = message[message.index("tune_runner.resume("):message.index(" or, in a shell")]
+    exec(call, {"tune_runner": tr})  # noqa: S102 - the printed call, as printed
+    assert no_run.pop()[1] == elsewhere
+    assert followed(message, cli, no_run) == elsewhere
+
+
+def test_a_missing_secret_is_asked_for_with_a_command_that_finds_the_search(tmp_path, cli, no_run):
+    uri = f"postgresql://ann:{SECRET}@db:5432/mlflow"
+    saved_search(options(tmp_path, storage=tmp_path / "results", mlflow_uri=uri))
+    missing = cli("resume", "exp", "--storage", str(tmp_path / "results"))
+    assert missing.status == 2 and SECRET not in missing.err
+    line = missing.err[missing.err.index("tune-rl resume "):].strip()
+    assert line.endswith("  # put the secret back in place of ***"), line
+    given = followed(line.replace("***", SECRET), cli, no_run)
+    assert given.mlflow_uri == uri and given.storage == tmp_path / "results"

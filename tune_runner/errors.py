@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 
 
@@ -15,6 +16,7 @@ class ExitStatus(IntEnum):
     BAD_INPUT = 2
     ALL_TRIALS_FAILED = 3
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # what reads our stdout closed it (`| head`): 128 + SIGPIPE, as cat or grep end then
 
 
 class UserError(Exception):
@@ -52,6 +54,18 @@ class Interrupted(SearchEnded):
     """The search was stopped (Ctrl-C) with its state saved; it continues with tune-rl resume: exit status 130."""
 
     exit_status = ExitStatus.INTERRUPTED
+
+
+@contextmanager
+def raised_as(kind: type[UserError]) -> Iterator[None]:
+    """A plain UserError raised in the block (or the decorated function) is raised as `kind`, with its text: for
+    code whose every refusal is of one kind (a space's checks: SpecError). A kind chosen inside is kept."""
+    try:
+        yield
+    except UserError as exc:
+        if type(exc) is not UserError:
+            raise
+        raise kind(*exc.args).with_traceback(exc.__traceback__) from None
 
 
 def closest(word: str, choices: Iterable[str]) -> str | None:

@@ -122,3 +122,28 @@ def unwritable(folder: Path) -> str | None:
     except OSError as exc:
         return f"{existing}: {exc.strerror or type(exc).__name__}"
     return None
+
+
+def writable_folder(folder: Path, *, setting: str, what: str = "create or write a folder there",
+                    fix: str = "choose a folder you can write to") -> None:
+    """The rule for every folder a user names for tune-rl to write in (--storage, the folder of a --mlflow-uri
+    store, an --export file's, TUNE_RL_HOME): tune-rl makes at most its last folder. A missing parent is a typo
+    more often than a wish (sqlite:////nonexistent/dir/mlflow.db made /nonexistent at the root); it is refused
+    in one line naming `setting` (the flag or variable, with its value), as is a folder that cannot be made or
+    written (`unwritable`: `what` failed, then `fix`). Nothing is created here."""
+    if not os.path.lexists(folder) and not os.path.lexists(folder.parent):
+        raise UserError(f"{setting}: {folder.parent} does not exist, and tune-rl makes only the last folder of a "
+                        f"path; fix the path, or make {folder.parent} first")
+    problem = unwritable(folder)
+    if problem:
+        raise UserError(f"{setting}: cannot {what} ({problem}); {fix}")
+
+
+def check_home() -> None:
+    """TUNE_RL_HOME, where the default results folder and MLflow store go, checked by the rule of every folder
+    a user names (writable_folder) before a default under it is written. Its message names the variable and
+    its value: a default blamed on --mlflow-uri or --storage named a flag the user never gave."""
+    raw = os.environ.get("TUNE_RL_HOME")
+    setting = f"TUNE_RL_HOME={raw}" if raw else f"TUNE_RL_HOME (unset: {home()})"
+    writable_folder(home(), setting=setting, fix="point TUNE_RL_HOME at a folder you can write to"
+                    + (", or unset it (~/.tune-rl)" if raw else ""))

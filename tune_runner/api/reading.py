@@ -146,7 +146,19 @@ def report(experiment: str | Path, *, storage: str | Path | None = None,
 
 def load_policy(path: str | Path) -> Any:
     """A trained policy from a checkpoint folder (ours or RLlib's), a trial folder (its newest checkpoint) or
-    a bundle from `export`: `policy.act(observation)` gives its greedy action (tune_runner.results.policy)."""
+    a bundle from `export`, acting greedily with RLlib's old Algorithm API (tune_runner.results.policy):
+
+    >>> import gymnasium
+    >>> import tune_runner as tr
+    >>> policy = tr.load_policy("cartpole.yaml")  # tune-rl best --export cartpole.yaml wrote it
+    >>> env = gymnasium.make(policy.env_id, **policy.env_config)
+    >>> observation, _ = env.reset(seed=0)
+    >>> action = policy.compute_single_action(observation)
+    >>> env.action_space.contains(action)
+    True
+
+    and `policy.compute_actions(batch)` for a stacked batch or {id: observation}. tests/test_policy.py runs this
+    example as written."""
     from tune_runner.results.policy import load_policy as load
 
     return load(path)

@@ -45,9 +45,20 @@ class BestResult:
 
         origin = None if self._origin is None else dict(self._origin)
         # A search read back (its folder or MLflow) names its trainable: resolved here, once, for the bundle.
+        target = export_target(path)
         bundle = export.bundle(self._spec, self._best, record=backend(self._spec.trainable),
                                experiment=self.experiment, verdict=self.verdict, origin=origin)
-        return bundle.write(Path(path))
+        return bundle.write(target)
+
+
+def export_target(path: str | Path) -> Path:
+    """The file `export` writes, its folder checked as every folder a user names is (paths.writable_folder:
+    at most that last folder is made); `tune-rl best --export` asks before it selects or re-evaluates."""
+    from tune_runner.paths import writable_folder
+
+    target = Path(path).expanduser().resolve()
+    writable_folder(target.parent, setting=f"--export {path}", what="write there")
+    return target
 
 
 @dataclass(frozen=True)

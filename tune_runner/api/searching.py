@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from tune_runner.api.checks import check_run_settings, name_setting, positive, run_options, storage_setting
 from tune_runner.api.results import SearchResult, best_result
-from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError
+from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError, raised_as
 
 Overrides = Mapping[str, Any] | Iterable[str] | None
 
@@ -50,7 +50,7 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
     extra = {} if max_failures is None else {"max_failures": max_failures}
     options = run_options(storage=storage, mlflow_uri=mlflow_uri, name=name, verbose=verbose, **ray, export=export,
                           reevaluate=reevaluate, top=top, seeds=seeds, register_model=register_model, **extra)
-    return _result(runner.run(spec, options, out=out))
+    return _result(runner.run(spec, options, out=out), options)  # a new search saves its options first
 
 
 def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | None = None,
@@ -110,12 +110,8 @@ def load(space: str, *, overrides: Overrides = None) -> Any:
     validate, NotFound when there is no such space."""
     from tune_runner.spec.experiment import load_spec
 
-    try:
+    with raised_as(SpecError):  # NotFound stays NotFound
         return load_spec(space, overrides=set_items(overrides))
-    except UserError as exc:
-        if type(exc) is not UserError:  # already of a kind (NotFound)
-            raise
-        raise SpecError(*exc.args).with_traceback(exc.__traceback__) from None
 
 
 def set_items(overrides: Overrides) -> list[str]:
@@ -160,12 +156,13 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
     from tune_runner.tuning import runner
 
     options = runner.RunOptions(**fields, name=folder.name, verbose=verbose, resume=True)
-    return _result(runner.run(spec, options, out=out))
+    return _result(runner.run(spec, options, out=out), options, saved=run is not None)
 
 
-def _result(outcome: Any) -> SearchResult:
-    """The result of a search that ran; raised within an AllTrialsFailed or Interrupted when it gave none."""
-    from tune_runner.tuning.resume import read_spec
+def _result(outcome: Any, options: Any, *, saved: bool = True) -> SearchResult:
+    """The result of a search that ran with `options` (RunOptions; `saved`: it saved them beside its results);
+    raised within an AllTrialsFailed or Interrupted when it gave none."""
+    from tune_runner.tuning.resume import command, read_spec
 
     path = outcome.experiment_path
     spec = read_spec(path)  # the spec the search saved: the one it ran (trial resources included)
@@ -174,8 +171,10 @@ def _result(outcome: Any) -> SearchResult:
     result = SearchResult(name=path.name, path=path, metric=spec.metric, mode=spec.mode, trials=dict(outcome.counts),
                           best=best, export_path=outcome.export_path, mlflow_run=outcome.mlflow_run)
     if outcome.exit_status == ExitStatus.INTERRUPTED:
-        raise Interrupted(f"search {path.name} interrupted; its state is saved (continue it with "
-                          f"tune_runner.resume({path.name!r}) or tune-rl resume {path.name})", result=result)
+        where = {"storage": options.storage, "mlflow_uri": options.mlflow_uri, "saved": saved}
+        raise Interrupted(f"search {path.name} interrupted; its state is saved; continue it with "
+                          f"{command(path.name, **where, python=True)} or, in a shell: "
+                          f"{command(path.name, **where)}", result=result)
     if outcome.exit_status == ExitStatus.ALL_TRIALS_FAILED:
         common = outcome.errors.most_common(1)
         raise AllTrialsFailed(f"search {path.name}: every trial failed ({sum(outcome.counts.values())} errored"

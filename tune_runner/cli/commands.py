@@ -66,8 +66,14 @@ def _resume_args(args: argparse.Namespace) -> argparse.Namespace:
     """`search --resume NAME` as `resume NAME`; a flag that would change the search is refused, not dropped."""
     for dest, flag in NOT_ON_RESUME:
         if getattr(args, dest, None) not in (None, False, []):
+            from tune_runner.api.checks import storage_setting
+            from tune_runner.tuning.resume import command
+
+            # the store restated as given: a search saved before run options resumes with it
+            again = command(args.resume, storage=storage_setting(args.storage), mlflow_uri=args.mlflow_uri,
+                            saved=False)
             raise UserError(f"{flag}: a resumed search keeps the space and options it was started with (saved "
-                            f"beside its results); drop {flag} and run: tune-rl resume {args.resume}")
+                            f"beside its results); drop {flag} and run: {again}")
     return argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
                               num_cpus=args.num_cpus, verbose=args.verbose)
 
@@ -122,6 +128,10 @@ def cmd_best(args: argparse.Namespace, out: TextIO) -> int:
     from tune_runner.results.analysis import fmt_config, fmt_value
 
     shown = err_or_out(args, out)
+    if args.export:
+        from tune_runner.api.results import export_target
+
+        export_target(args.export)  # refused before a re-evaluation starts Ray
     best = api.best(args.experiment, storage=args.storage, mlflow_uri=args.mlflow_uri, metric=args.metric,
                     mode=args.mode, scope=args.scope, reevaluate=args.reevaluate, seeds=args.seeds,
                     num_cpus=args.num_cpus, out=shown)

@@ -38,10 +38,38 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
     except Exception as exc:  # noqa: BLE001 - one line unless --traceback
+        if isinstance(exc, BrokenPipeError) and reader_gone(out):
+            return stdout_closed()
         if show_traceback:
             raise
         print(f"tune-rl: unexpected error: {type(exc).__name__}: {exc} (rerun with --traceback)", file=err)
         return ExitStatus.ERROR
+
+
+def reader_gone(stream: TextIO) -> bool:
+    """Whether what reads `stream` has closed its end (a pipe to `head`): a BrokenPipeError from elsewhere (a
+    socket to an MLflow server) is an error to report, not this."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(stream.fileno(), select.POLLOUT)
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+        return False
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def stdout_closed() -> int:
+    """What reads our stdout has gone (`tune-rl completion zsh | head -2`): nothing more can be said there and
+    nothing went wrong here, so no line on stderr. Python's last flush would raise again at exit: stdout is
+    pointed at /dev/null first (the rule of Python's signal docs). 141, as a command that SIGPIPE ends (cat,
+    grep): a `set -o pipefail` script still sees that the output was cut."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return ExitStatus.BROKEN_PIPE
 
 
 def entry_point() -> None:
@@ -53,6 +81,10 @@ def entry_point() -> None:
 
         completion.complete(build_parser(completion.typed_words()))
     status = main()
+    try:
+        sys.stdout.flush()  # what is still buffered goes now, not in Python's exit, which cannot say why it failed
+    except BrokenPipeError:
+        status = stdout_closed()
     if status == ExitStatus.INTERRUPTED:
         # Interrupted and reported: another Ctrl-C while Ray's exit hooks run must not print
         # their traceback. It leaves at once; the reaper stops what Ray had started.

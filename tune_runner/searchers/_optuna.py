@@ -14,10 +14,19 @@ from tune_runner.searchers.record import COMMON, Conditional, Request, SearcherT
 OPTUNA_SAMPLERS = {"tpe": "TPESampler", "cmaes": "CmaEsSampler"}
 
 
-def optuna_sampler(settings: dict) -> Any:
-    """The Optuna sampler a searcher's settings ask for (TPE by default), seeded."""
+def _optuna() -> Any:
+    """optuna, with its INFO lines off: its first import sets its logger to INFO, with a handler of its own,
+    over the WARNING cluster.session.quiet_logs gave it before, and each study says "A new study created in
+    memory" there, in the middle of the live view. Every import of it for a search comes through here."""
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def optuna_sampler(settings: dict) -> Any:
+    """The Optuna sampler a searcher's settings ask for (TPE by default), seeded."""
+    optuna = _optuna()
     kind = settings.get("sampler", "tpe")
     options = {k: v for k, v in settings.items() if k not in (*COMMON, "sampler")}
     return getattr(optuna.samplers, OPTUNA_SAMPLERS[kind])(seed=settings.get("seed"), **options)
@@ -25,8 +34,7 @@ def optuna_sampler(settings: dict) -> Any:
 
 def _settings(settings: dict) -> list[str]:
     """`sampler` and the chosen sampler's own arguments."""
-    import optuna
-
+    optuna = _optuna()
     kind = settings.get("sampler", "tpe")
     if kind not in OPTUNA_SAMPLERS:
         raise UserError(f"sampler: {unknown_name('optuna sampler', kind, OPTUNA_SAMPLERS)}")

@@ -36,8 +36,12 @@ def check_uri(uri: str) -> None:
     """Refuse a tracking URI that cannot work before anything starts: an unknown scheme, a server or
     database that is unreachable, refuses our credentials or is not MLflow's, a file we cannot write.
     Nothing is created (create_store_folder does that once the search starts)."""
+    from tune_runner.paths import check_home, default_mlflow_uri
+
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     shown = redacted(uri)
+    if uri == default_mlflow_uri():
+        check_home()  # its folder: named as the variable it comes from, not as a flag never given
     if not scheme and not uri.startswith("databricks"):
         raise UserError(f"--mlflow-uri {shown}: not a tracking URI; use sqlite:///path/to/mlflow.db "
                         f"or http://host:port")
@@ -99,13 +103,10 @@ def create_store_folder(uri: str) -> Path | None:
 
 
 def _check_folder(uri: str, folder: Path) -> None:
-    """The store's folder can be created and written, tried without leaving anything."""
-    from tune_runner.paths import unwritable
+    """The store's folder can be created (its last folder only) and written, tried without leaving anything."""
+    from tune_runner.paths import writable_folder
 
-    problem = unwritable(folder)
-    if problem:
-        raise UserError(f"--mlflow-uri {redacted(uri)}: cannot write the store's folder ({problem}); choose a "
-                        f"folder you can write to")
+    writable_folder(folder, setting=f"--mlflow-uri {redacted(uri)}", what="write the store's folder")
 
 
 def _check_sqlite(uri: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tune_runner.errors import UserError, unknown_name
+from tune_runner.errors import SpecError, UserError, raised_as, unknown_name
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.spec.search_space import Param, _thaw, prune
@@ -93,6 +93,7 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
+@raised_as(SpecError)  # what it refuses is the space (or an override of it), as the Python API promises
 def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backend | None = None) -> Prepared:
     """Check every name, setting and combination in the spec and build the Tune objects; start nothing.
 
@@ -138,6 +139,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
                     population=scheduler_type.population)
 
 
+@raised_as(SpecError)
 def check_before_ray(spec: ExperimentSpec) -> None:
     """`prepare`'s checks up to the env's and the metric's, in its order, before Ray, torch or MLflow is
     imported; UserError with prepare's own text. prepare runs them again (an env is built once).
@@ -339,15 +341,14 @@ def check_storage(storage: Path | str) -> None:
     """The results folder must exist or be creatable, and be writable, before anything starts.
     A URI (tune_runner.storage) must at least open and answer."""
     from tune_runner import storage as results
-    from tune_runner.paths import unwritable
+    from tune_runner.paths import check_home, default_storage, writable_folder
 
+    if results.is_uri(storage) or Path(storage) == default_storage():
+        check_home()  # the default's folder, or a URI's local copy, goes under it
     if results.is_uri(storage):
         results.exists(str(storage))
-        return
-    problem = unwritable(Path(storage))
-    if problem:
-        raise UserError(f"--storage {storage}: cannot create or write a folder there ({problem}); "
-                        f"choose a folder you can write to")
+    elif Path(storage) != default_storage():  # made with TUNE_RL_HOME, checked above
+        writable_folder(Path(storage), setting=f"--storage {storage}")
 
 
 def check_register(prepared: Prepared, name: str | None) -> None:

@@ -61,16 +61,18 @@ def continued(saved: dict[str, Any] | None, *, folder: Path, where: storage.Stor
                 "mlflow_uri": mlflow_uri or paths.default_mlflow_uri()}
     fields = {k: saved[k] for k in KEPT}
     fields["search_id"] = saved["search_id"]
+    found_at = where if storage.is_uri(where) else folder.parent  # where this resume found the folder
     if storage.is_uri(saved["storage"]):
         fields["storage"] = _restated(saved["storage"], where if storage.is_uri(where) else None,
-                                      flag="--storage", folder=folder, what="keeps its results at")
+                                      flag="--storage", folder=folder, what="keeps its results at",
+                                      found_at=found_at)
     elif storage.is_uri(where):
         raise UserError(f"--storage {redacted(str(where))}: {folder.name} keeps its results in the folder "
                         f"{saved['storage']} ({folder / RUN_FILE}); leave --storage out")
     else:
         fields["storage"] = folder.parent  # where the folder is now: a moved folder resumes where it lies
     fields["mlflow_uri"] = _restated(saved["mlflow_uri"], mlflow_uri, flag="--mlflow-uri", folder=folder,
-                                     what="logs to")
+                                     what="logs to", found_at=fields["storage"])
     if num_cpus is not None:
         if saved["address"]:
             raise UserError(f"--num-cpus: sizes a local Ray; {folder.name} joins the Ray cluster at "
@@ -79,13 +81,16 @@ def continued(saved: dict[str, Any] | None, *, folder: Path, where: storage.Stor
     return fields
 
 
-def _restated(saved: str, given: str | None, *, flag: str, folder: Path, what: str) -> str:
-    """The saved URI, or the one given when it names the same place (a secret saved as *** is given again)."""
+def _restated(saved: str, given: str | None, *, flag: str, folder: Path, what: str,
+              found_at: storage.Storage) -> str:
+    """The saved URI, or the one given when it names the same place (a secret saved as *** is given again).
+    `found_at`: where the search's folder is found, for the resume command a missing secret is asked with."""
     where = f"{folder.name} {what} {saved} ({folder / RUN_FILE})"
     if given is None:
         if HIDDEN in saved:
-            raise UserError(f"{flag}: missing; {where} and its secret is not saved; give it again: "
-                            f"tune-rl resume {folder.name} {flag} 'URI-WITH-SECRET'")
+            again = command(folder.name, storage=saved if flag == "--storage" else found_at,
+                            mlflow_uri=saved if flag == "--mlflow-uri" else None)
+            raise UserError(f"{flag}: missing; {where} and its secret is not saved; give it again: {again}")
         return saved
     if redacted(absolute_uri(given)) != saved:
         fix = "give that one, with its secret" if HIDDEN in saved else f"leave {flag} out"
@@ -106,15 +111,31 @@ def check_tune_state(where: storage.Storage, folder: Path) -> None:
                         f"start the search again")
 
 
-def command(name: str, options: Any) -> str:
-    """The command that continues a search, printed when it is interrupted. Its saved options need only
-    --storage to find it (when not the default); a URI whose secret is not saved needs that again."""
-    words = ["tune-rl", "resume", name]
-    if options.storage != paths.default_storage():
-        words += ["--storage", redacted(str(options.storage))]
-    uri = options.mlflow_uri
-    unsaved = options.search_id is None and absolute_uri(uri) != paths.default_mlflow_uri()
-    if unsaved or redacted(uri) != uri:
-        words += ["--mlflow-uri", redacted(uri)]
+def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: str | None = None,
+            saved: bool = True, python: bool = False) -> str:
+    """The command that continues search `name`: every hint that prints one builds it here (an interrupted
+    search, a --name taken, a refused `search --resume`, a secret to give again, tr.Interrupted).
+
+    `tune-rl resume NAME`, with --storage where `storage` is not the default (without it the search is not
+    found: "no such folder"), and --mlflow-uri where the resume needs it: a search that did not save it
+    (`saved` false: one saved before run options, or a command line restating the store it gave), or one
+    saved without its secret (shown as ***, with a note to put it back). `python`: as a tune_runner.resume
+    call instead, with the same settings."""
+    given: dict[str, str] = {}
+    if storage is not None and storage != paths.default_storage():
+        given["storage"] = redacted(str(storage))
+    if mlflow_uri is not None:
+        unsaved = not saved and absolute_uri(mlflow_uri) != paths.default_mlflow_uri()
+        if unsaved or HIDDEN in redacted(mlflow_uri):  # a secret: given again, or saved as ***
+            given["mlflow_uri"] = redacted(mlflow_uri)
+    if python:
+        return f"tune_runner.resume({', '.join([repr(name), *(f'{k}={v!r}' for k, v in given.items())])})"
+    words = ["tune-rl", "resume", name, *(w for k, v in given.items() for w in (f"--{k.replace('_', '-')}", v))]
     line = " ".join(shlex.quote(word) for word in words)
     return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
+
+
+def run_command(name: str, options: Any, *, python: bool = False) -> str:
+    """`command` for the search `name` run with `options` (RunOptions): its saved options carry the rest."""
+    return command(name, storage=options.storage, mlflow_uri=options.mlflow_uri,
+                   saved=options.search_id is not None, python=python)

@@ -109,8 +109,8 @@ def _check_new(where: storage.Storage, name: str, exp_path: Path) -> None:
     target = storage.join(where, name)
     taken = exp_path if exp_path.exists() else target if storage.is_uri(target) and storage.exists(target) else None
     if taken is not None:
-        raise UserError(f"--name {name}: {taken} exists already; choose another name "
-                        f"(or continue it: tune-rl resume {name})")
+        raise UserError(f"--name {name}: {taken} exists already; choose another name, or continue that search: "
+                        f"{resume.command(name, storage=where)}")  # the command last: copied to the line's end
 
 
 def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = "") -> str:
@@ -148,7 +148,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         if unfinished:
             status = "KILLED"
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
-                  f"  {resume.command(name, options)}", file=out, flush=True)
+                  f"  {resume.run_command(name, options)}", file=out, flush=True)
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
         outcome = _finish(spec, exp_path, options, started, record=prepared.backend,
                           audit=audit.summary() if audit else None, out=out, warm=warm)
@@ -160,7 +160,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
             storage.upload(exp_path, storage.join(options.storage, name))
     except KeyboardInterrupt:
         status = "KILLED"
-        print(f"\ninterrupted at once; continue with: {resume.command(name, options)}", file=out, flush=True)
+        print(f"\ninterrupted at once; continue with: {resume.run_command(name, options)}", file=out, flush=True)
         raise
     finally:
         warm.release()
