@@ -230,7 +230,7 @@ def test_a_member_live_at_the_interruption_that_never_comes_back_is_ended_with_i
 
     callback.on_trial_start(0, [trial], trial)
     callback.on_trial_result(0, [trial], trial, report(2000, **{"t-0": 2000, "t-1": 1000}))
-    trial.is_finished = lambda: False
+    trial.status = "RUNNING"
     callback.on_experiment_end([trial])  # interrupted: the trial is not finished, nothing settled
     assert {mlflow.get_run(r).info.status for r in callback.member_runs.values()} == {"RUNNING"}
 
@@ -244,7 +244,7 @@ def test_a_member_live_at_the_interruption_that_never_comes_back_is_ended_with_i
     final = {"env_steps": 6000, "episode_return_mean": 1.0, "members_alive": 0, "done": True}
     again.on_trial_result(0, [trial], trial, final)
     again.on_trial_complete(0, [trial], trial)
-    trial.is_finished = lambda: True
+    trial.status = "TERMINATED"
     again.on_experiment_end([trial])
     lost = mlflow.get_run(again.member_runs["t-1"])
     assert lost.info.status == "FINISHED" and lost.data.tags["tune_rl.status"] == "stopped_early"  # 1,000 of 6,000

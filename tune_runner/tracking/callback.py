@@ -329,7 +329,7 @@ class MlflowTracking(Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         """Everything sent before Tune returns: the runner reads and closes the runs next. A search that ended
         (not interrupted) leaves no member run RUNNING."""
-        if all(trial.is_finished() for trial in trials):
+        if all(getattr(trial, "status", None) in ("TERMINATED", "ERROR") for trial in trials):
             self._settle()
         for key in list(self._held):
             self._release_held(key)
