@@ -128,14 +128,14 @@ def test_the_stopper_ends_a_trial_at_its_own_budget_and_counts_it_done():
 
 def test_reevaluation_retrains_a_candidate_at_the_spaces_budget():
     from tune_runner.results.robust import Candidate
-    from tune_runner.tuning.reevaluate import _space
+    from tune_runner.tuning.reevaluate import trial_configs
 
     spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": BUDGET},
                        "fixed": {"optimum": OPTIMUM}, "space": SPACE}, name="s", source="s.yaml")
     picks = [Candidate("t1", {"lr": 1e-3, "x": 0.3, BUDGET_KEY: 1000, "seed": 0}, 300.0),
              Candidate("t2", {"lr": 2e-3, "x": 0.4, BUDGET_KEY: 3000, "seed": 0}, 200.0)]
-    space = _space(spec, picks, seeds=2, first_seed=1000, batched=False)
-    assert BUDGET_KEY not in space and {"lr", "x"} <= set(space)
+    configs = trial_configs(spec, picks, seeds=2, first_seed=1000, batched=False)
+    assert len(configs) == 4 and all(BUDGET_KEY not in c and {"lr", "x"} <= set(c) for c in configs)
 
 
 @pytest.mark.parametrize(("settings", "message"), [
