@@ -33,7 +33,7 @@ FIND_LINKS  ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global
 # dashboard's browser test, PostgreSQL for the tracking-server tests (installed once, then skipped).
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps search test lint bench lock clean
+.PHONY: setup system-deps search test lint bench shipped lock clean
 
 setup: $(STAMP)
 
@@ -91,6 +91,11 @@ test: setup system-deps
 
 lint: setup
 	$(BIN)/ruff check .
+
+# The shipped spaces exactly as shipped, one after another, each row into bench/SHIPPED.md (bench/shipped.py);
+# `make shipped SPACE=dqn_acrobot` for one. A slow space (tier: slow) is tested in CI at its smoke budget only.
+shipped: setup
+	$(BIN)/python bench/shipped.py $(if $(filter command line,$(origin SPACE)),--space $(SPACE))
 
 bench: setup
 	$(BIN)/python bench/solve_cartpole.py --rllib-seeds 3 --max-wall 150

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in paths.shipped("search_spaces").glob("*.yaml"))
+SLOW = sorted(name for name in SHIPPED if yaml.safe_load((paths.shipped("search_spaces") / f"{name}.yaml").read_text())
+              .get("tier") == "slow")  # at their smoke budget here; as shipped by make shipped (bench/SHIPPED.md)
 # The spaces tested here, each exactly as shipped. curriculum.yaml ran with 1 trial of its 4 until 2026-11-27,
 # which skips the re-evaluation: its re-evaluation trials (2 seeds in one) failed for every user while this passed.
 TESTED = {"ppo_small", "dqn_small", "curriculum", "masked_choice", "ppo_pendulum", "ppo_minatar_breakout", "oracle"}
@@ -66,8 +68,42 @@ def solved(bundle: dict) -> None:
 
 
 def test_every_shipped_space_has_a_test_here():
-    """A new shipped space joins this file, or it is not tested as shipped."""
-    assert set(SHIPPED) == TESTED, sorted(set(SHIPPED) ^ TESTED)
+    """A new quick space joins this file, or it is not tested as shipped; a slow one runs its smoke test below."""
+    assert set(SHIPPED) - set(SLOW) == TESTED, sorted((set(SHIPPED) - set(SLOW)) ^ TESTED)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("space", SLOW)
+def test_a_slow_space_at_its_smoke_budget_runs_the_whole_pipeline(ray_session, cli, _isolated_home, tmp_path, space):
+    """A slow space (tier: slow) with only its budget and trial count cut to its smoke settings: every trial
+    finishes, the re-evaluation runs, the export re-runs with train --config, and the MLflow model, loaded by
+    MLflow alone, acts as load_policy does. Its as-shipped run is bench/SHIPPED.md's (tests/test_tier.py)."""
+    import gymnasium as gym
+
+    from tests.mlflow_helpers import LOAD_WITHOUT_TUNE_RL, subprocess_env
+    from tune_runner.results.policy import load_policy
+    from tune_runner.spec.experiment import load_spec
+
+    spec = load_spec(space)
+    smoke = spec.tier.smoke
+    result = cli("search", "--space", space, "--name", space, "--set", f"budget={smoke['budget']}",
+                 "--num-samples", str(smoke["num_samples"]), "--reevaluate", "2", "--seeds", "2")
+    assert result.status == 0, result.err + result.out[-2000:]
+    assert " errored: " not in result.out and "re-evaluating the top 2" in result.out, result.out[-2000:]
+    _, bundle = finished_search(_isolated_home, space)
+    parent = parent_run(_isolated_home, spec.name)
+    again = cli("train", "--config", str(_isolated_home / "results" / space / "best.yaml"))
+    assert again.status == 0, again.err + again.out[-2000:]
+    policy = load_policy(_isolated_home / "results" / space / "best.yaml")
+    env = gym.make(spec.env)
+    obs = np.stack([env.observation_space.sample() for _ in range(64)]).astype(np.float32)
+    np.save(tmp_path / "obs.npy", obs.reshape(len(obs), -1))
+    argv = [sys.executable, "-c", LOAD_WITHOUT_TUNE_RL, f"sqlite:///{_isolated_home / 'mlflow.db'}",
+            str(tmp_path / "obs.npy"), f"runs:/{parent.info.run_id}/policy"]
+    done = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(PYTHONPATH=""), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "actions0.npy"), policy.compute_actions(obs))
 
 
 def test_readme_quick_start_make_search_solves_cartpole(tmp_path):

@@ -14,7 +14,8 @@ def test_every_shipped_space_loads_with_a_description(name):
     spec = load_spec(name)
     assert spec.description and spec.budget_env_steps > 0 and spec.space
     assert spec.trainable in ("ppo", "dqn", "oracle")
-    shipped_envs = ("CartPole-v1", "Pendulum-v1", "MinAtar/Breakout-v1", "curriculum_corridor", "masked_choice")
+    shipped_envs = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MinAtar/Breakout-v1", "curriculum_corridor",
+                    "masked_choice")
     assert spec.env in shipped_envs  # the last two: envs/
 
 

@@ -21,6 +21,7 @@ from tune_runner.errors import NotFound, UserError, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.spec import reserved, seed_keys
 from tune_runner.spec.search_space import Param, _short, parse_space
+from tune_runner.spec.tier import Tier, read_tier
 from tune_runner.spec.top_level import (
     TOP_KEYS,
     budget_steps,
@@ -73,6 +74,9 @@ class ExperimentSpec:
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
     seed_aggregate: str = seed_keys.DEFAULT_AGGREGATE
+    tier: Tier = Tier()
+    """Which tier of tests the space is in (quick: as shipped in the suite; slow: a smoke run there, as shipped
+    by `make shipped` into bench/SHIPPED.md), and the published result it is measured against."""
     configs_per_trial: int = 1
     """Configs of the searcher each trial trains as one batched learner, each of seeds_per_trial seeds
     (tune_runner.tuning.population); the member is then the unit of search, the trial the unit of compute."""
@@ -167,7 +171,7 @@ class ExperimentSpec:
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
             "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
             "space": {p.name: p.as_raw() for p in self.space},
-            **seeds,
+            **seeds, **self.tier.as_dict(),
         }
 
     def trials_text(self) -> str:
@@ -370,6 +374,7 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),
         plugins=plugin_paths(raw.get("plugins", []), where),
+        tier=read_tier(raw, where),
     )
 
 

@@ -14,7 +14,7 @@ from tune_runner.spec.search_space import _short
 TOP_KEYS = ("description", "trainable", "env", "env_config", "metric", "mode", "budget",
             "stop_at", "searcher", "scheduler", "num_samples", "max_concurrent", reserved.SEEDS_KEY,
             reserved.AGGREGATE_KEY, reserved.MEMBERS_KEY, reserved.REFILL_KEY,
-            "reevaluate", "fixed", "space", "backends", "plugins")
+            "reevaluate", "fixed", "space", "backends", "plugins", "tier", "smoke", "reference")
 REQUIRED = ("trainable", "env", "budget")
 BUDGET_KEYS = ("env_steps",)
 
