@@ -74,12 +74,12 @@ def check_members(spec: ExperimentSpec, trainable: Backend) -> None:
 
 
 def member_bytes(spec: ExperimentSpec, trainable: Backend) -> int:
-    """A rough upper estimate of one member seed's memory in a trial: DQN's replay memory (two observations a
-    transition) dominates, sized by `capacity` and the env's observation (1,000 floats where it cannot be read);
-    a PPO seed's rollout and networks, a few MB."""
+    """A rough upper estimate of one member seed's memory in a trial: the replay memory of a learner that keeps one
+    (DQN; two observations a transition) dominates, sized by `capacity` and the env's observation (1,000 floats where
+    it cannot be read); a PPO seed's rollout and networks, a few MB."""
     replay = spec.fixed.get("replay_buffer_config") or {}
     capacity = int(spec.fixed.get("replay_buffer_config.capacity", replay.get("capacity", 50_000)) or 0) \
-        if trainable.name == "dqn" else 0
+        if trainable.replay else 0
     obs_floats = _obs_floats(spec) if capacity else 0
     return capacity * (2 * obs_floats * 4 + 16) + 8 * 2**20
 
