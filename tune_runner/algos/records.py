@@ -100,6 +100,11 @@ def ours() -> list[str]:
     return LEARNERS.in_order()
 
 
+def spoken(names: list[str], *, last: str = "and") -> str:
+    """Names as a message lists them: `ppo and dqn`, `ppo, dqn and sac`."""
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def learner_record(name: str) -> LearnerRecord | None:
     """The record of our learner `name`; None for any other trainable (a user's agent, RLlib's, the oracle)."""
     return LEARNERS.get(name) if name in LEARNERS else None

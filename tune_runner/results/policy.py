@@ -41,8 +41,8 @@ from tune_runner.spec import reserved
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 
-EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
-            "holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
+EXPECTED = (f"expected a checkpoint folder (learner.pkl of our {'/'.join(ours())}, or an RLlib checkpoint), a trial "
+            "folder holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
 RLLIB_MODULES = Path("learner_group", "learner", "rl_module")  # Algorithm > LearnerGroup > Learner > MultiRLModule
 PARAMS_FILE = "params.json"  # Tune's copy of the trial config, in the trial folder
 
@@ -190,7 +190,7 @@ def load_policy(path: str | Path) -> Policy:
     elif (path / PARAMS_FILE).is_file():
         hint = " (this trial folder holds no checkpoint)"
     elif path.name.startswith("checkpoint_"):
-        hint = " (a checkpoint without one: only ppo, dqn and rllib/* trainables have a policy)"
+        hint = f" (a checkpoint without one: only {', '.join(ours())} and rllib/* trainables have a policy)"
     raise UserError(f"{path}: not a policy{hint}; {EXPECTED}")
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
-from tune_runner.algos.records import LEARNERS, learner_record, ours
+from tune_runner.algos.records import LEARNERS, learner_record, ours, spoken
 from tune_runner.spec.reserved import AGGREGATE_KEY, MEMBERS_KEY, MIN_TIME_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
@@ -43,7 +43,8 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
     if least is not None and (isinstance(least, bool) or not isinstance(least, (int, float)) or not 0 <= least < 3600):
         return f"{MIN_TIME_KEY} must be seconds from 0 to 3600 (or null: one learner iteration a report), got {least!r}"
     if runners and not agents.is_ours(name):
-        return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
+        return (f"num_env_runners {runners}: rollout workers run our {spoken(ours())} only; agent {name} steps its "
+                f"own envs")
     return None
 
 

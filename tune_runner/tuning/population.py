@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from tune_runner.algos.records import ours, spoken
 from tune_runner.errors import UserError
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
@@ -61,7 +62,7 @@ def check_members(spec: ExperimentSpec, trainable: Backend) -> None:
         return
     if not trainable.member_keys:
         raise UserError(f"{where}: {reserved.MEMBERS_KEY}: {size}: {trainable.name} trains one config per trial "
-                        f"(our ppo and dqn and the oracle train populations); set {reserved.MEMBERS_KEY}: 1")
+                        f"(our {spoken(ours())} and the oracle train populations); set {reserved.MEMBERS_KEY}: 1")
     given = [k for k in spec.fixed if k == "population" or k.startswith("population.")]
     if given:
         raise UserError(f"{where}: fixed.{given[0]}: a population given by hand cannot stand beside "
