@@ -5,17 +5,20 @@ searcher, the policy export (evaluate, load_policy, the MLflow model) and the co
 of them compares a learner's name. A record is plain data and its classes are dotted paths, imported when asked
 for: reading it imports no torch (`tune-rl train --help` lists our learners and their settings without it).
 
-**A new learner** is its module plus one `register_learner(LearnerRecord(...))` below. It provides:
+**A new learner** is its module plus one `register_learner(LearnerRecord(...))` below; no other file names it
+(tests/test_learner_records.py registers a toy one to show it). It provides:
 
-- a config dataclass, a `tune_runner.algos.config.LearnerConfig` importable without torch (its field docstrings
-  are `tune-rl train --help`; its `population_keys` the settings a population may give each seed);
+- a config dataclass, a `tune_runner.algos.config.LearnerConfig` importable without torch (so beside PPO's in
+  algos/config.py, or in a light module of its own): its field docstrings are `tune-rl train --help`, its
+  `population_keys` the settings a population may give each seed;
 - the learner class (the contract of `tune_runner.algos.learner`: train_iteration, compute_actions, get_state and
   set_state, collect/absorb for rollout workers), holding its acting network as the attribute `policy_key`;
 - an `Acting` (tune_runner.algos.acting) that rebuilds that network, or folds it into one plain MLP, from a
   one-seed state's weights under `policy_key`;
 - and in the record: the metrics it reports, the action spaces it trains on (an env with others is refused before
   launch, and the refusal names the learners that do take them), whether it keeps a replay buffer (rollout workers
-  then share a replay actor; a population's memory is sized by its capacity), and its settings that act on Box
+  then share a replay actor, sized by its config's `capacity` and `prioritized` and its `buffer.fields`; a
+  population's memory is estimated from `replay_buffer_config.capacity`), and its settings that act on Box
   actions only (searched on another env, they are refused as idle).
 """
 
