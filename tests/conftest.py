@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import tune_runner.algos.records  # noqa: F401 - our learners registered as agents before any test saves AGENTS
 from tune_runner.cli.main import main
 
 HERE = Path(__file__).parent

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
+from tune_runner.algos.records import learner_record
 from tune_runner.errors import UserError
 from tune_runner.plugins import AGENTS, register_agent
 from tune_runner.trainables import catalog, metrics
 from tune_runner.trainables.backends import (
-    OWN_REPORTS,
     USER_REPORTS,
     AgentBackend,
     OracleBackend,
@@ -35,7 +35,10 @@ def test_our_learners_are_own_records_that_export_their_policy():
     for name in ("ppo", "dqn"):
         record = backend(name)
         assert isinstance(record, OwnBackend) and record.kind == "own" and record.name == name
-        assert record.reports == OWN_REPORTS[name] and record.exports_policy and record.can_checkpoint
+        assert record.reports == learner_record(name).reports and record.exports_policy and record.can_checkpoint
+        assert {"episode_return_mean", "env_steps", "episodes"} < set(record.reports)
+        assert ("policy_loss" in record.reports) == (name == "ppo") and ("qf_loss" in record.reports) == (name == "dqn")
+        assert record.replay == (name == "dqn")
         actions = ("Discrete", "MultiDiscrete", "MultiBinary", "Box") if name == "ppo" else ("Discrete",)
         assert record.trains == Trains(actions, ("Box", "masked Dict"), masks=("Discrete",), from_zero=True)
         assert "episodes" in record.time_attrs and not record.settings_need_ray
@@ -172,7 +175,7 @@ def test_what_runs_after_preflight_asks_its_record_and_never_resolves_the_name_a
     assert logged.note == "not logged (the oracle has no policy)"
     assert prepare(load_spec("oracle"), record=prepared.backend).backend is prepared.backend
     with pytest.raises(ValueError, match="record 'ppo' is not the spec's trainable 'oracle'"):
-        prepare(load_spec("oracle"), record=catalog.BACKENDS.get("ppo"))
+        prepare(load_spec("oracle"), record=catalog.own_backend(learner_record("ppo")))
 
 
 def test_train_resolves_its_agent_once_and_runs_with_that_record(monkeypatch):

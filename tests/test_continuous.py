@@ -170,13 +170,13 @@ def test_log_std_init_must_be_a_finite_number(value):
 
 
 def test_the_env_check_lets_ppo_train_box_actions_and_points_dqn_there():
-    from tune_runner.trainables.catalog import BACKENDS
+    from tune_runner.trainables.catalog import backend
     from tune_runner.trainables.env_check import space_problem
     from tune_runner.trainables.trial import Spaces
 
     spaces = Spaces(observation=gym.spaces.Box(-1, 1, (3,)), action=gym.spaces.Box(-2, 2, (1,)))
-    assert space_problem("ppo", PENDULUM, BACKENDS.get("ppo").trains, spaces) is None
-    problem = space_problem("dqn", PENDULUM, BACKENDS.get("dqn").trains, spaces)
+    assert space_problem("ppo", PENDULUM, backend("ppo").trains, spaces) is None
+    problem = space_problem("dqn", PENDULUM, backend("dqn").trains, spaces)
     assert problem is not None and "dqn needs a Discrete action space" in problem and "ppo" in problem
 
 

@@ -175,7 +175,7 @@ def test_a_loaded_policy_and_the_mlflow_model_data_act_as_the_learner(dials_chec
 
 
 def test_dqn_refuses_multidiscrete_actions_and_the_env_check_names_ppo():
-    from tune_runner.trainables.catalog import BACKENDS
+    from tune_runner.trainables.catalog import backend
     from tune_runner.trainables.env_check import space_problem
     from tune_runner.trainables.trial import Spaces
 
@@ -184,18 +184,18 @@ def test_dqn_refuses_multidiscrete_actions_and_the_env_check_names_ppo():
     with pytest.raises(ValueError, match="DQN needs a Discrete action space.*MultiBinary of 3 number"):
         DQN(small_dqn(), env_id=env_id(True))
     spaces = Spaces(observation=gym.spaces.Box(0, 1, (7,)), action=gym.spaces.MultiDiscrete(NVEC))
-    assert space_problem("ppo", DIALS, BACKENDS.get("ppo").trains, spaces) is None
-    problem = space_problem("dqn", DIALS, BACKENDS.get("dqn").trains, spaces)
+    assert space_problem("ppo", DIALS, backend("ppo").trains, spaces) is None
+    problem = space_problem("dqn", DIALS, backend("dqn").trains, spaces)
     assert problem is not None and "dqn needs a Discrete action space" in problem and "ppo" in problem
 
 
 def test_preflight_refuses_a_masked_multidiscrete_env_and_actions_that_do_not_start_at_0():
     """Before Ray: what VecEnv would refuse inside the trial."""
-    from tune_runner.trainables.catalog import BACKENDS
+    from tune_runner.trainables.catalog import backend
     from tune_runner.trainables.env_check import space_problem
     from tune_runner.trainables.trial import Spaces
 
-    ppo = BACKENDS.get("ppo").trains
+    ppo = backend("ppo").trains
     masked = gym.spaces.Dict({"observations": gym.spaces.Box(0, 1, (7,)), "action_mask": gym.spaces.MultiBinary(7)})
     problem = space_problem("ppo", "dials", ppo, Spaces(observation=masked, action=gym.spaces.MultiDiscrete(NVEC)))
     assert problem is not None and problem.startswith("ppo masks a Discrete action space only; dials masks "

@@ -44,6 +44,10 @@ class Registry(Generic[T]):
         """The registered names, sorted."""
         return sorted(self._entries)
 
+    def in_order(self) -> list[str]:
+        """The registered names in the order they were registered: a listing that puts the most used first."""
+        return list(self._entries)
+
     def peek(self, name: str) -> T | str | None:
         """The entry as stored (a lazy "module:attr" string stays a string), or None; imports nothing."""
         return self._entries.get(name)

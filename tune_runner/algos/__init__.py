@@ -5,7 +5,8 @@ Each learner owns a NEXT_STEP-autoreset vector env and its training loop, `train
 (our metric names), which samples from its own envs or from a source of rollout workers
 (`tune_runner.algos.learner`). It offers `collect`/`absorb` (a worker's side and the trainer's
 side of remote rollouts), `get_state`/`set_state` (exact restore) and `get_weights`/`set_weights`.
-A Ray Tune trainable wraps them elsewhere.
+A Ray Tune trainable wraps them elsewhere. Each learner is one record in tune_runner.algos.records: what
+the rest of tune-rl knows of it.
 
 The names below are imported on first use, so `tune_runner.algos.config` (the settings, which
 `tune-rl train --help` lists) loads without torch.
@@ -27,15 +28,24 @@ if TYPE_CHECKING:
     from tune_runner.algos.replay import ReplayBuffer
     from tune_runner.algos.rollout import compute_gae
 
-_HOMES = {"EpisodeStats": "common", "make_vec_env": "learner_envs", "masked_logits": "distributions", "DQN": "dqn",
-          "DQNConfig": "config", "PPOConfig": "config", "Learner": "learner", "OwnLearner": "learner",
-          "Replay": "learner", "Sampler": "learner", "PPO": "ppo", "compute_gae": "rollout", "ReplayBuffer": "replay"}
+_HOMES = {"EpisodeStats": "common", "make_vec_env": "learner_envs", "masked_logits": "distributions",
+          "Learner": "learner", "OwnLearner": "learner", "Replay": "learner", "Sampler": "learner",
+          "compute_gae": "rollout", "ReplayBuffer": "replay"}
 
 __all__ = ["DQN", "PPO", "DQNConfig", "EpisodeStats", "Learner", "OwnLearner", "PPOConfig", "Replay", "ReplayBuffer",
            "Sampler", "compute_gae", "make_vec_env", "masked_logits"]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    """A helper by its home module, or a learner's class or config class by its record (tune_runner.algos.records):
+    `from tune_runner.algos import PPO` works for every learner registered, with no list of them here."""
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    from tune_runner.algos.records import LEARNERS
+
+    for learner in LEARNERS.in_order():
+        record = LEARNERS.get(learner)
+        for path, load in ((record.learner, record.learner_class), (record.config, record.config_class)):
+            if path.rpartition(":")[2] == name:
+                return load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

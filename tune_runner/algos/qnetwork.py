@@ -3,6 +3,7 @@
 Every batched network takes [K, batch, obs] and gives [K, batch, actions], seed i's outputs from seed i's
 parameters alone (tune_runner.algos.batched), and reads and writes each seed's weights in the state-dict
 format of the one-seed `QNetwork` (or of the registered model), so a K-seed checkpoint holds K one-seed ones.
+`QActing` rebuilds the one-seed network from those weights for evaluate, load_policy and the MLflow model.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from tune_runner.algos import batched
+from tune_runner.algos.acting import Acting, Layers, linears
 from tune_runner.algos.common import mlp
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
 
@@ -142,3 +144,24 @@ def td_loss(kind: str, q: torch.Tensor, target: torch.Tensor,
         return total.detach(), total
     per_seed = loss_fn(q, target, reduction="none").mean(-1)
     return per_seed.detach(), per_seed.sum()
+
+
+class QActing(Acting):
+    """DQN's acting network: the QNetwork, whose greedy action is the argmax of its Q-values."""
+
+    def sizes(self, weights: Mapping[str, Any], settings: Any) -> tuple[int, int]:
+        last = 2 * len(settings.fcnet_hiddens)  # Linear layers sit at even indices
+        head = "advantage.weight" if settings.dueling else f"trunk.{last}.weight"
+        return weights["trunk.0.weight"].shape[1], weights[head].shape[0]
+
+    def network(self, settings: Any, *, obs_dim: int, actions: int) -> nn.Module:
+        return QNetwork(obs_dim=obs_dim, num_actions=actions, hiddens=settings.fcnet_hiddens,
+                        activation=settings.fcnet_activation, dueling=settings.dueling)
+
+    def layers(self, weights: Mapping[str, torch.Tensor], settings: Any) -> Layers:
+        found = linears(weights, prefix="trunk.")
+        if settings.dueling:  # Q = V + A - mean(A) is linear in the trunk's features: one layer
+            w_a, b_a = weights["advantage.weight"], weights["advantage.bias"]
+            found.append((weights["value.weight"] + w_a - w_a.mean(0, keepdim=True),
+                          weights["value.bias"] + b_a - b_a.mean()))
+        return found

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 DEFAULT_AGENT, DEFAULT_BUDGET = "ppo", 100_000
 SEED_AGENT = "default_agent"  # seed 000's agent name; its learning rule came from --model_name
-# Names whose options need no plug-in file (ours); any other agent or model name reads them.
-OUR_NAMES = (None, SEED_AGENT, "ppo", "dqn", "mlp")
 FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": reserved.RUNNERS_KEY}
 
 
@@ -81,6 +79,7 @@ def add_parser(sub: Any, argv: Sequence[str], common: Any) -> argparse.ArgumentP
 
 def agent_help() -> str:
     """`--agent_name`'s help: the agents registered (ours and the users'), and RLlib's algorithms."""
+    from tune_runner.algos.records import LEARNERS  # noqa: F401 - our learners are agents once it is imported
     from tune_runner.plugins import AGENTS
 
     return f"the learning rule: {', '.join(AGENTS.names())}, rllib/PPO, ... (default {DEFAULT_AGENT})"
@@ -103,10 +102,12 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
     if (chosen.get("agent") or "").startswith("rllib/"):
         return  # RLlib's settings come with --set KEY=VALUE
     try:
-        from tune_runner.plugins import MODELS, load_plugins
+        from tune_runner.algos.records import ours
+        from tune_runner.plugins import BUILT_IN_MODEL, MODELS, load_plugins
         from tune_runner.trainables import agents
 
-        if chosen["plugins"] or chosen.get("agent") not in OUR_NAMES or chosen.get("model") not in OUR_NAMES:
+        known = (None, SEED_AGENT, *ours(), BUILT_IN_MODEL)  # names whose options need no plug-in file (ours)
+        if chosen["plugins"] or chosen.get("agent") not in known or chosen.get("model") not in known:
             load_plugins(chosen["plugins"], shipped=False)  # a user's agent or model: its file declares them
         agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
         if not agents.is_agent(agent):

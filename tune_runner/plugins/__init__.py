@@ -60,9 +60,8 @@ AGENTS: Registry[Any] = Registry("agent")
 BUILT_IN_MODEL = "mlp"  # our learners' own MLP (tune_runner.algos.networks.BUILT_IN), sized by fcnet_hiddens
 MODELS.register(BUILT_IN_MODEL, "tune_runner.algos.networks:MLP")  # torch loads when a network is built
 MODELS.register("cnn", "tune_runner.algos.networks:CNN")  # our learners' choice for image observations
-# Our own agents, known before anything imports them: a registry snapshot taken early (a test's) holds them too.
-AGENTS.register("ppo", "tune_runner.algos.ppo:PPO")
-AGENTS.register("dqn", "tune_runner.algos.dqn:DQN")
+# Our own learners are agents too: tune_runner.algos.records registers each (its record and its class here) when
+# imported, which every reader of AGENTS in tune_runner does first (a test's snapshot of AGENTS: tests/conftest.py).
 
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
 

@@ -32,6 +32,7 @@ from tune_runner.algos.common import to_tensor
 from tune_runner.algos.distributions import masked_logits, segments_argmax
 from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.normalize import normalized
+from tune_runner.algos.records import LEARNERS, ours
 from tune_runner.algos.spaces import MASK_KEYS
 from tune_runner.errors import UserError
 from tune_runner.results.analysis import last_checkpoint
@@ -40,8 +41,8 @@ from tune_runner.spec import reserved
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.trial import env_config_of
 
-EXPECTED = ("expected a checkpoint folder (learner.pkl of our ppo/dqn, or an RLlib checkpoint), a trial folder "
-            "holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
+EXPECTED = (f"expected a checkpoint folder (learner.pkl of our {'/'.join(ours())}, or an RLlib checkpoint), a trial "
+            "folder holding checkpoint_NNNNNN folders, or a bundle written by tune-rl best --export")
 RLLIB_MODULES = Path("learner_group", "learner", "rl_module")  # Algorithm > LearnerGroup > Learner > MultiRLModule
 PARAMS_FILE = "params.json"  # Tune's copy of the trial config, in the trial folder
 
@@ -189,7 +190,7 @@ def load_policy(path: str | Path) -> Policy:
     elif (path / PARAMS_FILE).is_file():
         hint = " (this trial folder holds no checkpoint)"
     elif path.name.startswith("checkpoint_"):
-        hint = " (a checkpoint without one: only ppo, dqn and rllib/* trainables have a policy)"
+        hint = f" (a checkpoint without one: only {', '.join(ours())} and rllib/* trainables have a policy)"
     raise UserError(f"{path}: not a policy{hint}; {EXPECTED}")
 
 
@@ -241,14 +242,21 @@ def _own(checkpoint: Path, *, member: str | None = None) -> OwnPolicy:
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
     state = checkpoints.learner_state(checkpoint, fix="damaged or cut short: pass another of the trial's "
                                       "checkpoint_NNNNNN folders", member=member)
-    learner = _agent_name(checkpoint) or ("ppo" if "pi" in state else "dqn")
+    learner = _agent_name(checkpoint) or _learner_of(state)
     # A registered model or our CNN (image observations): the learner rebuilds its networks.
-    if learner not in ("ppo", "dqn") or config.get("model", "mlp") != "mlp" or uses_cnn(state):
+    if learner not in LEARNERS or config.get("model", "mlp") != "mlp" or uses_cnn(state):
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
     return OwnPolicy(net, obs_dim=obs_dim, actions=saved_actions(state, where=checkpoint),
                      obs_stats=state.get("obs_filter"), env_id=config["env"],
                      env_config=env_config_of(config), kind=learner, checkpoint=checkpoint)
+
+
+def _learner_of(state: Mapping[str, Any]) -> str:
+    """Which of our learners wrote a state, for a checkpoint without its experiment's spec: the first whose acting
+    network is in it (the last one's, to be named in the error, when none is)."""
+    names = ours()
+    return next((name for name in names if LEARNERS.get(name).policy_key in state), names[-1])
 
 
 def saved_actions(state: Mapping[str, Any], *, where: Path) -> ActionSpace | None:
@@ -309,8 +317,6 @@ def _learner_policy(name: str, *, state: Mapping[str, Any], config: dict[str, An
 def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any],
                 where: Path) -> tuple[torch.nn.Module, int]:
     """(the learner's acting network with the checkpoint's weights, observation size), built as the learner does."""
-    from tune_runner.algos.common import mlp
-    from tune_runner.algos.dqn import QNetwork
     from tune_runner.trainables.agents import config_class
     from tune_runner.trainables.trial import learner_settings, one_seed_config
 
@@ -319,21 +325,16 @@ def own_network(learner: str, *, state: Mapping[str, Any], config: dict[str, Any
     except (ValueError, TypeError) as exc:  # a value of the wrong type in params.json
         raise UserError(f"{where.parent / PARAMS_FILE}: {str(exc).splitlines()[0]}; the trial config of "
                         f"{where.name} does not build a {learner} learner") from None
-    hiddens, last = settings.fcnet_hiddens, 2 * len(settings.fcnet_hiddens)  # Linear layers sit at even indices
+    record = LEARNERS.get(learner)
+    acting = record.acting_network()
     try:
-        weights = state["pi" if learner == "ppo" else "q"]
-        head = "advantage.weight" if learner == "dqn" and settings.dueling else f"trunk.{last}.weight"
-        first, head = ("0.weight", f"{last}.weight") if learner == "ppo" else ("trunk.0.weight", head)
-        obs_dim, actions = weights[first].shape[1], weights[head].shape[0]
+        weights = state[record.policy_key]
+        obs_dim, actions = acting.sizes(weights, settings)
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         lack = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else f"not tensors ({type(exc).__name__})"
         raise UserError(f"{where / checkpoints.CHECKPOINT_FILE}: not a readable checkpoint (its {learner} weights: "
                         f"{lack}); pass a checkpoint folder written by our {learner} with this trial config") from None
-    if learner == "ppo":
-        net: torch.nn.Module = mlp([obs_dim, *hiddens, actions], settings.fcnet_activation)
-    else:
-        net = QNetwork(obs_dim=obs_dim, num_actions=actions, hiddens=hiddens, activation=settings.fcnet_activation,
-                       dueling=settings.dueling)
+    net = acting.network(settings, obs_dim=obs_dim, actions=actions)
     try:
         net.load_state_dict(weights)
     except RuntimeError as exc:

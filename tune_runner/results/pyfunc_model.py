@@ -1,6 +1,6 @@
 """The best trial's policy as an MLflow pyfunc model (observations in, greedy actions out).
 
-For our `ppo` and `dqn` the policy network comes from the trial's last checkpoint; the model
+For our learners (tune_runner.algos.records) the policy network comes from the trial's last checkpoint; the model
 holds a plain MLP, or for image observations our CNN's convolutions before it (tune_runner/tune_rl_policy.py
 is its loader, copied into the model), so
 
@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from tune_runner import tune_rl_policy
+from tune_runner.algos.acting import linears
+from tune_runner.algos.records import LEARNERS, ours
 from tune_runner.results.analysis import last_checkpoint  # noqa: F401 - tests and older callers read it here
 from tune_runner.trainables import checkpoints
 from tune_runner.trainables.agents import config_class
@@ -30,22 +32,15 @@ MODEL_NAME = "policy"  # the logged model's name, under the parent run
 
 def uses_cnn(state: Any) -> bool:
     """Whether a learner state's networks are our CNN (image observations), not the built-in mlp."""
-    nets = [state.get(name) for name in ("pi", "q")]
+    nets = [state.get(LEARNERS.get(name).policy_key) for name in ours()]
     return any(isinstance(net, Mapping) and any(str(key).startswith("conv.") for key in net) for net in nets)
 
 
 def policy_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> tuple[list[int], dict, str]:
     """(sizes, state dict for tune_rl_policy.build_mlp, activation) of a learner's greedy policy."""
+    record = LEARNERS.get(learner)
     settings = config_class(learner).from_dict(learner_settings(one_seed_config(config)))
-    if learner == "ppo":
-        linears = _linears(state["pi"], prefix="")
-    else:
-        q = state["q"]
-        linears = _linears(q, prefix="trunk.")
-        if settings.dueling:  # Q = V + A - mean(A) is linear in the trunk's features: one layer
-            w_a, b_a = q["advantage.weight"], q["advantage.bias"]
-            linears.append((q["value.weight"] + w_a - w_a.mean(0, keepdim=True),
-                            q["value.bias"] + b_a - b_a.mean()))
+    linears = record.acting_network().layers(state[record.policy_key], settings)
     sizes = [linears[0][0].shape[1], *(w.shape[0] for w, _ in linears)]
     layers = {}
     for i, (weight, bias) in enumerate(linears):
@@ -62,25 +57,19 @@ def cnn_layers(learner: str, state: dict[str, Any], config: dict[str, Any]) -> t
     from tune_runner.algos.networks import CNN
     from tune_runner.trainables.agents import build_learner
 
+    key = LEARNERS.get(learner).policy_key
     built = build_learner(learner, one_seed_config(config))
     try:
-        cnn = next(m for m in (built.pi if learner == "ppo" else built.q).modules() if isinstance(m, CNN))
+        cnn = next(m for m in getattr(built, key).modules() if isinstance(m, CNN))
     finally:
         built.close()
-    weights = state["pi" if learner == "ppo" else "q"]
-    head = _linears(weights, prefix="head.")
+    weights = state[key]
+    head = linears(weights, prefix="head.")
     convs = [[m.in_channels, m.out_channels, m.kernel_size[0], m.stride[0]] for m in cnn.conv
              if isinstance(m, nn.Conv2d)]
     about = {"obs_shape": list(cnn.shape), "channels_last": bool(cnn.channels_last), "input_scale": cnn.scale,
              "convs": convs}
     return [head[0][0].shape[1], *(w.shape[0] for w, _ in head)], dict(weights), "relu", about
-
-
-def _linears(state: dict[str, torch.Tensor], *, prefix: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The (weight, bias) pairs of an nn.Sequential's Linear layers, in order."""
-    indices = sorted(int(k[len(prefix):].split(".")[0]) for k in state
-                     if k.startswith(prefix) and k.endswith(".weight") and k[len(prefix):].count(".") == 1)
-    return [(state[f"{prefix}{i}.weight"], state[f"{prefix}{i}.bias"]) for i in indices]
 
 
 def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folder: Path,

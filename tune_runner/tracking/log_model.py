@@ -66,9 +66,11 @@ def log_policy(*, uri: str, experiment_id: str, run_id: str, record: Backend, be
 
 def _not_ours(record: Backend, best: Any) -> Logged | None:
     """Why the best trial's policy is not one we log (not our ppo or dqn, or not our mlp); None when it is."""
+    from tune_runner.algos.records import ours, spoken
+
     if not record.exports_policy:
         why = "the oracle has no policy" if record.kind == "oracle" else \
-            f"only our ppo and dqn are exported, not {record.name}"
+            f"only our {spoken(ours())} are exported, not {record.name}"
         return Logged(None, f"not logged ({why})")
     if best.config.get("model", "mlp") != "mlp":
         return Logged(None, f"not logged (the model is a registered {best.config['model']!r}, the logged "

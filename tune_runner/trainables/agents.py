@@ -1,5 +1,6 @@
-"""Agents by name: the learning rule a trial runs. Ours are `ppo` and `dqn`; a user adds one with
-`@register_agent("name")` in a plugin file (an `envs/` folder, `--plugins`, or `plugins:` in a space file).
+"""Agents by name: the learning rule a trial runs. Ours have a record each (tune_runner.algos.records); a user
+adds one with `@register_agent("name")` in a plugin file (an `envs/` folder, `--plugins`, or `plugins:` in a space
+file).
 
 A user's agent is a class with
 
@@ -27,18 +28,17 @@ and `tune_runner.algos.networks.build_model` give it the same vector env and reg
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from tune_runner.algos.records import learner_record
 from tune_runner.plugins import AGENTS
 from tune_runner.spec.reserved import AGGREGATE_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables.trial import env_config_of, learner_settings, load_trial_plugins, trial_threads
 
-# ppo and dqn are in AGENTS from the start (tune_runner.plugins), as the built-in mlp is in MODELS.
-# Our agents' settings, importable without torch: `tune-rl train --help` lists them without a learner.
-CONFIGS = {"ppo": "tune_runner.algos.config:PPOConfig", "dqn": "tune_runner.algos.config:DQNConfig"}
+# Our learners are in AGENTS once tune_runner.algos.records is imported (above), each by its record; their settings
+# come from the record, without torch: `tune-rl train --help` lists them without a learner.
 PROVIDED = ("seed", "model", "model_config")  # keys every user agent accepts besides its add_args options
 REQUIRED = ("train_iteration", "compute_actions")
 
@@ -88,9 +88,9 @@ def agent_class(name: str) -> type:
 
 def config_class(name: str) -> Any:
     """An object with `from_dict(values)`: our dataclass config, or the add_args adapter of a user agent."""
-    if name in CONFIGS:
-        module, _, attr = CONFIGS[name].partition(":")
-        return getattr(importlib.import_module(module), attr)
+    record = learner_record(name)
+    if record is not None:
+        return record.config_class()
     cls = agent_class(name)
     return getattr(cls, "config_class", None) or ArgsConfig(name, cls)
 

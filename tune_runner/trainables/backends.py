@@ -64,6 +64,7 @@ class Backend:
     trains: Trains | None
     can_checkpoint: bool  # saves and restores its state (PBT's exploit, pausing schedulers and resume need it)
     seeds: bool = False  # trains seeds_per_trial > 1 seeds of a config as one learner (tune_runner.spec.seed_keys)
+    replay: bool = False  # keeps a replay buffer: a population member's memory is its capacity's
     member_keys: tuple[str, ...] = ()
     """The settings a population trial (configs_per_trial) may give each member; () for a trainable that trains
     one config per trial (tune_runner.searchers.population)."""
@@ -94,12 +95,6 @@ class Backend:
         return {k: v for k, v in zip(RESOURCE_KEYS, (cpus, gpus), strict=True) if v is not None}
 
 
-OWN_REPORTS = {  # `task` only with a curriculum (env_task_fn)
-    "ppo": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "policy_loss", "vf_loss",
-            "entropy", "kl", "lr", "sps", "task"),
-    "dqn": ("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "qf_loss", "td_error_mean",
-            "epsilon", "lr", "sps", "task"),
-}
 ORACLE_REPORTS = ("episode_return_mean", "env_steps", "peak")
 # Learner config fields that a trial fills in from the spec's seed settings (tune_runner.spec.seed_keys), never a space.
 BY_THE_TRIAL = {"num_seeds": SEEDS_KEY, "seed_aggregate": AGGREGATE_KEY}
@@ -108,7 +103,7 @@ USER_REPORTS = ("episode_return_mean", "env_steps")  # a user's agent declares m
 
 @dataclass(frozen=True, kw_only=True)
 class OwnBackend(Backend):
-    """Our `ppo` or `dqn`, run by OwnTrainable; its policy is exported as a model."""
+    """One of our learners (tune_runner.algos.records), run by OwnTrainable; its policy is exported as a model."""
 
     kind: ClassVar[str] = "own"
     exports_policy: ClassVar[bool] = True
@@ -135,9 +130,9 @@ class OwnBackend(Backend):
 
     def _other_owner(self, key: str) -> str | None:
         """Another of our learners that has `key` as a setting (a space moved from ppo to dqn keeps lambda_)."""
-        from tune_runner.trainables.agents import CONFIGS
+        from tune_runner.algos.records import ours
 
-        return next((name for name in CONFIGS if name != self.name and key in own_setting_names(name)), None)
+        return next((name for name in ours() if name != self.name and key in own_setting_names(name)), None)
 
     def check_config(self, config: dict[str, Any]) -> str | None:
         from tune_runner.trainables.own import check_config

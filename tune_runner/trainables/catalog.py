@@ -1,8 +1,8 @@
 """Trainables by name: `backend(name)` resolves a name to its record (tune_runner.trainables.backends).
 
-Our own `ppo` and `dqn` and the oracles are registered here; a user's agent is whatever
-`@register_agent` put in tune_runner.plugins.AGENTS; `rllib/<ALGO>` is any algorithm RLlib
-registers, made by the factory registered under its prefix.
+Our own learners are made from their records (tune_runner.algos.records) and the oracles are registered here;
+a user's agent is whatever `@register_agent` put in tune_runner.plugins.AGENTS; `rllib/<ALGO>` is any algorithm
+RLlib registers, made by the factory registered under its prefix.
 
 Importing this module loads neither Ray nor torch: the checks that refuse a search before Ray
 starts read it (`backend_before_ray`). The RLlib trainable, a Ray Tune class, lives in
@@ -11,17 +11,17 @@ tune_runner.trainables.rllib.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from tune_runner.algos.config import ALIASES, DQN_POPULATION, PPO_POPULATION
-from tune_runner.algos.spaces import ACTION_SPACES, MASKABLE_ACTIONS, OBSERVATION_SPACES, PPO_ACTION_SPACES
+from tune_runner.algos.config import PPO_POPULATION
+from tune_runner.algos.records import LEARNERS, LearnerRecord, member_keys, ours
 from tune_runner.errors import UserError, unknown_name
 from tune_runner.registry import Registry
 from tune_runner.trainables.backends import (
     ORACLE_CLASSES,
     ORACLE_REPORTS,
-    OWN_REPORTS,
     RLLIB_ACTIONS,
     RLLIB_PREFIX,
     AgentBackend,
@@ -32,28 +32,32 @@ from tune_runner.trainables.backends import (
     Trains,
 )
 
-OURS = ("ppo", "dqn")
-OWN_ACTIONS = {"ppo": PPO_ACTION_SPACES, "dqn": ACTION_SPACES}
-SEEDED = ("ppo", "dqn")  # ours that train seeds_per_trial > 1 seeds as one batched learner
 ORACLES = tuple(ORACLE_CLASSES)
-BACKENDS: Registry[Backend] = Registry("trainable")
-
-
-def member_keys(population_keys: tuple[str, ...]) -> tuple[str, ...]:
-    """A learner's population keys under every name a space may give them (RLlib's `lambda` too)."""
-    return population_keys + tuple(alias for alias, ours in ALIASES.items() if ours in population_keys)
-
-
-OWN_MEMBER_KEYS = {"ppo": member_keys(PPO_POPULATION), "dqn": member_keys(DQN_POPULATION)}
-for _name in OURS:  # their spaces are declared beside their settings: no torch
-    BACKENDS.register(_name, OwnBackend(name=_name, reports=OWN_REPORTS[_name], can_checkpoint=True,
-                                        trains=Trains(OWN_ACTIONS[_name], OBSERVATION_SPACES, masks=MASKABLE_ACTIONS,
-                                                      from_zero=True), seeds=_name in SEEDED,
-                                        member_keys=OWN_MEMBER_KEYS[_name]))
-for _name in ORACLES:  # the oracle's population takes PPO's keys: a space's other keys stay trial-level
+BACKENDS: Registry[Backend] = Registry("trainable")  # the oracles; ours are their records' (own_backend)
+ORACLE_MEMBER_KEYS = member_keys(PPO_POPULATION)  # the oracle's population takes PPO's: the others stay trial-level
+for _name in ORACLES:
     BACKENDS.register(_name, OracleBackend(name=_name, reports=ORACLE_REPORTS, trains=None,
                                            can_checkpoint=_name != "oracle/stateless",
-                                           member_keys=() if _name == "oracle/stateless" else OWN_MEMBER_KEYS["ppo"]))
+                                           member_keys=() if _name == "oracle/stateless" else ORACLE_MEMBER_KEYS))
+
+
+@functools.cache
+def own_backend(record: LearnerRecord) -> OwnBackend:
+    """The trainable of our learner `record`: what its record says (its spaces and settings: no torch)."""
+    return OwnBackend(name=record.name, reports=record.reports, can_checkpoint=True, seeds=record.seeds,
+                      trains=Trains(record.action_spaces, record.observation_spaces, masks=record.masks,
+                                    from_zero=True),
+                      member_keys=record.member_keys, replay=record.replay)
+
+
+def our_backends() -> list[OwnBackend]:
+    """The trainables of our learners, the first registered (the most used) first."""
+    return [own_backend(LEARNERS.get(name)) for name in ours()]
+
+
+def _known(name: str) -> bool:
+    """Whether `name` is ours or an oracle (a name no user's agent can take)."""
+    return name in LEARNERS or name in BACKENDS
 
 
 def rllib_algorithms() -> list[str]:
@@ -83,11 +87,13 @@ def backend(name: str) -> Backend:
     """The record of trainable `name`; an unknown name is a UserError with the choices and the closest."""
     from tune_runner.plugins import AGENTS
 
+    if name in LEARNERS:
+        return own_backend(LEARNERS.get(name))
     if name in BACKENDS:
         return BACKENDS.get(name)
     if name in AGENTS:
         return AgentBackend.of(name)
-    if name.lower() in BACKENDS:
+    if _known(name.lower()):
         raise UserError(f"unknown trainable {name!r}; did you mean {name.lower()!r}?")
     for prefix, factory in FAMILIES.items():
         if name.startswith(prefix):
@@ -104,7 +110,7 @@ def backend_before_ray(name: str) -> Backend | None:
         if name.startswith(prefix):
             algo = name[len(prefix):]
             return RLlibBackend.of(algo) if algo in RLLIB_ACTIONS else None
-    if name in BACKENDS or name in AGENTS or name.lower() in BACKENDS:
+    if _known(name) or name in AGENTS or _known(name.lower()):
         return backend(name)
     return None
 
@@ -114,16 +120,16 @@ def trainable_names(*, rllib: Callable[[], list[str]] = rllib_algorithms) -> lis
     algorithms as `rllib` lists them (RLlib's registry by default, which imports Ray)."""
     from tune_runner.plugins import AGENTS
 
-    users = [name for name in AGENTS if name not in BACKENDS]
-    return [*OURS, *users, *ORACLES, *(RLLIB_PREFIX + name for name in rllib())]
+    users = [name for name in AGENTS if not _known(name)]
+    return [*ours(), *users, *ORACLES, *(RLLIB_PREFIX + name for name in rllib())]
 
 
 def hints() -> list[Backend]:
     """Trainables to suggest for an env, the most used first, as records (RLlib's registry is not imported)."""
     from tune_runner.plugins import AGENTS
 
-    first = [BACKENDS.get("ppo"), BACKENDS.get("dqn"), *(RLlibBackend.of(a) for a in ("PPO", "SAC", "DQN"))]
-    rest = [*(AgentBackend.of(name) for name in AGENTS if name not in BACKENDS),
+    first = [*our_backends(), *(RLlibBackend.of(a) for a in ("PPO", "SAC", "DQN"))]
+    rest = [*(AgentBackend.of(name) for name in AGENTS if not _known(name)),
             *(RLlibBackend.of(a) for a in sorted(RLLIB_ACTIONS))]
     seen = {b.name for b in first}
     return first + [b for b in rest if b.name not in seen]

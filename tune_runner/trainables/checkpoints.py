@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_runner import files
+from tune_runner.algos.records import ours
 from tune_runner.errors import UserError
 from tune_runner.paths import CHECKPOINT_FILE
 
@@ -77,7 +78,7 @@ def learner_state(folder: Path, *, fix: str, member: str | None = None) -> dict[
     state = saved.get("learner") if isinstance(saved, dict) else None
     if not isinstance(state, dict):
         raise UserError(f"{path}: not a readable checkpoint (expected a mapping with learner, got "
-                        f"{files.short(saved)}); pass a checkpoint folder written by our ppo/dqn")
+                        f"{files.short(saved)}); pass a checkpoint folder written by our {'/'.join(ours())}")
     policy = member_policy(saved, member)
     if policy is None:
         raise UserError(f"{path}: member {member} is not in this population trial's checkpoint (a later member "

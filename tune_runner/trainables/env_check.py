@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tune_runner.algos.records import learner_record, ours
 from tune_runner.algos.spaces import MASKED, inner_space, is_masked
 from tune_runner.errors import UserError
 from tune_runner.trainables.trial import PREFIX, Spaces, env_config_of, env_spaces
@@ -62,7 +63,6 @@ def torch_backend_problem(spec: ExperimentSpec, trainable: Backend, env_config: 
     from tune_runner.algos.config import LearnerConfig
     from tune_runner.algos.learner_envs import env_backend_refusal
     from tune_runner.plugins import AGENTS
-    from tune_runner.trainables.agents import CONFIGS, config_class
     from tune_runner.trainables.backends import OwnBackend
 
     searched = next((p for p in spec.space if p.name == "env_backend"), None)
@@ -70,8 +70,9 @@ def torch_backend_problem(spec: ExperimentSpec, trainable: Backend, env_config: 
         return None
     if not isinstance(trainable, OwnBackend):
         return None
-    name = trainable.name  # an agent's config class as it declares it: its other checks are not this one's
-    settings = config_class(name) if name in CONFIGS else getattr(AGENTS.get(name), "config_class", None)
+    name, record = trainable.name, learner_record(trainable.name)
+    # an agent's config class as it declares it: its other checks are not this one's
+    settings = record.config_class() if record else getattr(AGENTS.get(name), "config_class", None)
     if not (isinstance(settings, type) and issubclass(settings, LearnerConfig)):
         return None
     refusal = env_backend_refusal(spec.env, env_config)
@@ -84,17 +85,18 @@ def torch_backend_problem(spec: ExperimentSpec, trainable: Backend, env_config: 
 
 
 def idle_settings(spec: ExperimentSpec, spaces: Spaces) -> str | None:
-    """Our ppo's Box-action settings (algos.config.BOX_ONLY) searched, or fixed away from their defaults, for an
-    env whose actions are not a Box: they would change nothing (ppo_pendulum moved to CartPole searched
-    log_std_init, a dimension with no effect on any trial). One line naming them and the action space."""
+    """Our learner's Box-action settings (its record's `box_only`: ppo's log_std_init, ...) searched, or fixed away
+    from their defaults, for an env whose actions are not a Box: they would change nothing (ppo_pendulum moved to
+    CartPole searched log_std_init, a dimension with no effect on any trial). One line naming them and the action
+    space."""
     from gymnasium import spaces as gym_spaces
 
-    from tune_runner.algos.config import BOX_ONLY, PPOConfig
-
-    if spec.trainable != "ppo" or isinstance(spaces.action, gym_spaces.Box):
+    record = learner_record(spec.trainable)
+    if record is None or not record.box_only or isinstance(spaces.action, gym_spaces.Box):
         return None
-    searched = [key for key in BOX_ONLY if key in spec.searched]
-    fixed = [key for key in BOX_ONLY if key in spec.fixed and spec.fixed[key] != getattr(PPOConfig, key)]
+    defaults = record.config_class()
+    searched = [key for key in record.box_only if key in spec.searched]
+    fixed = [key for key in record.box_only if key in spec.fixed and spec.fixed[key] != getattr(defaults, key)]
     if not searched and not fixed:
         return None
     from pathlib import Path
@@ -210,8 +212,8 @@ def space_problem(trainable: str, env: str, needs: Trains, spaces: Spaces) -> st
     box = observation_box(spaces.observation)
     if needs.float_observations and box is not None and not np.issubdtype(box.dtype, np.floating):
         return (f"{trainable} feeds observations to RLlib's models as they come, and those take floats; {env} has "
-                f"{box.dtype} observations of shape {box.shape}; use ppo or dqn (ours read them as floats), or "
-                f"register a wrapped env that gives float32 ones (gymnasium.wrappers.DtypeObservation)")
+                f"{box.dtype} observations of shape {box.shape}; use {' or '.join(ours())} (ours read them as floats), "
+                f"or register a wrapped env that gives float32 ones (gymnasium.wrappers.DtypeObservation)")
     if needs.from_zero and kind_accepts(("Discrete", "MultiDiscrete"), spaces.action) \
             and any(int(n) for n in np.ravel(spaces.action.start)):
         return (f"{trainable} needs discrete actions that start at 0; {env} has {spaces.action}; "

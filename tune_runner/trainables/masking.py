@@ -24,6 +24,7 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from tune_runner.algos.records import ours
 from tune_runner.algos.spaces import inner_space, is_masked
 from tune_runner.errors import UserError
 
@@ -45,7 +46,7 @@ def install(algo_config: Any, *, algo: str, observation_space: gym.Space | None)
         return False
     if algo not in MASKABLE:
         raise UserError(f"rllib/{algo} cannot mask actions (the env's observations carry an action_mask); "
-                        f"use one of {', '.join('rllib/' + a for a in MASKABLE)}, or ppo / dqn")
+                        f"use one of {', '.join('rllib/' + a for a in MASKABLE)}, or {' / '.join(ours())}")
     module_class = MaskedPPOTorchModule if algo == "PPO" else MaskedDQNTorchModule
     algo_config.rl_module(rl_module_spec=RLModuleSpec(module_class=module_class))
     return True

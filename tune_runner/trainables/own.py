@@ -1,8 +1,9 @@
-"""Our own PPO and DQN as Tune trainables: the learners of tune_runner.algos in a trial.
+"""Our own learners (PPO, DQN, ...: tune_runner.algos.records) as Tune trainables: the learners of tune_runner.algos
+in a trial.
 
 `num_env_runners: 0` (the default) keeps everything in the trial process. With N > 0 the
 trial starts the seeds' architecture inside its placement group (tune_runner.trainables.rollouts):
-a parameter server, N rollout workers and, for DQN, a replay-buffer actor.
+a parameter server, N rollout workers and, for a learner with replay (DQN), a replay-buffer actor.
 
 Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
 `train_batch_size` so one space file serves both backends.
@@ -10,12 +11,14 @@ Hyperparameters carry RLlib's names; `train_batch_size_per_learner` is read as
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ray import tune
 
 from tune_runner.algos.config import ALIASES
+from tune_runner.algos.records import LEARNERS, learner_record, ours, spoken
 from tune_runner.spec.reserved import AGGREGATE_KEY, MEMBERS_KEY, MIN_TIME_KEY, RUNNERS_KEY, SEEDS_KEY, TASK_FN_KEY
 from tune_runner.spec.seed_keys import DEFAULT_AGGREGATE
 from tune_runner.trainables import checkpoints
@@ -40,14 +43,16 @@ def check_config(name: str, config: dict[str, Any]) -> str | None:
     if least is not None and (isinstance(least, bool) or not isinstance(least, (int, float)) or not 0 <= least < 3600):
         return f"{MIN_TIME_KEY} must be seconds from 0 to 3600 (or null: one learner iteration a report), got {least!r}"
     if runners and not agents.is_ours(name):
-        return f"num_env_runners {runners}: rollout workers run our ppo and dqn only; agent {name} steps its own envs"
+        return (f"num_env_runners {runners}: rollout workers run our {spoken(ours())} only; agent {name} steps its "
+                f"own envs")
     return None
 
 
 class OwnTrainable(tune.Trainable):
-    """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer)."""
+    """One of our learners per trial; exact checkpoints (networks, optimizer, RNGs, counters, buffer). Its subclass
+    per agent names the learner (`own_trainable_class`)."""
 
-    learner_name: ClassVar[str] = "ppo"
+    learner_name: ClassVar[str]
 
     def setup(self, config: dict[str, Any]) -> None:
         import torch
@@ -194,16 +199,23 @@ def _furthest(applied: Any, requested: Any) -> Any:
 
 
 def own_trainable_class(name: str) -> type[tune.Trainable]:
-    """The Tune trainable for agent `name`: OwnPPO / OwnDQN for ours (module-level), a subclass for a user's."""
-    ours = {"ppo": OwnPPO, "dqn": OwnDQN}
-    if name in ours:
-        return ours[name]
+    """The Tune trainable for agent `name`: for ours `Own<NAME>` (OwnPPO), a name of this module that old pickles and
+    Ray's workers find (module `__getattr__`); for a user's `Agent_<name>`, pickled by value."""
+    record = learner_record(name)
+    if record is not None:
+        return _own_class(record.trainable_name, name)
     return type(f"Agent_{name}", (OwnTrainable,), {"learner_name": name, "__module__": __name__})
 
 
-class OwnPPO(OwnTrainable):
-    learner_name = "ppo"
+@functools.cache
+def _own_class(class_name: str, name: str) -> type[tune.Trainable]:
+    """One class per learner and process: the class Tune registered is the one its name finds here."""
+    return type(class_name, (OwnTrainable,), {"learner_name": name, "__module__": __name__})
 
 
-class OwnDQN(OwnTrainable):
-    learner_name = "dqn"
+def __getattr__(attr: str) -> Any:
+    """`OwnPPO`, `OwnDQN`, ...: our learners' trainables by their class names (imports, pickles, tests)."""
+    for name in ours():
+        if LEARNERS.get(name).trainable_name == attr:
+            return own_trainable_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -23,6 +23,7 @@ import numpy as np
 import ray
 
 from tune_runner.algos.learner import OwnLearner
+from tune_runner.algos.records import learner_record
 from tune_runner.trainables.agents import build_learner
 from tune_runner.trainables.trial import env_config_of
 
@@ -194,7 +195,7 @@ class RolloutGroup:
         self.name, self.config = name, config
         self.server = ParameterServer.remote()
         self.replay = None
-        if name == "dqn":
+        if (record := learner_record(name)) is not None and record.replay:  # one buffer the workers fill
             probe = build_learner(name, config)
             self.replay = ReplayBufferActor.remote(probe.config.capacity, probe.buffer.fields, probe.config.seed,
                                                    probe.num_seeds, probe.config.prioritized)

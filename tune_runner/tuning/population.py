@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from tune_runner.algos.records import ours, spoken
 from tune_runner.errors import UserError
 from tune_runner.spec import reserved
 from tune_runner.spec.experiment import ExperimentSpec
@@ -61,7 +62,7 @@ def check_members(spec: ExperimentSpec, trainable: Backend) -> None:
         return
     if not trainable.member_keys:
         raise UserError(f"{where}: {reserved.MEMBERS_KEY}: {size}: {trainable.name} trains one config per trial "
-                        f"(our ppo and dqn and the oracle train populations); set {reserved.MEMBERS_KEY}: 1")
+                        f"(our {spoken(ours())} and the oracle train populations); set {reserved.MEMBERS_KEY}: 1")
     given = [k for k in spec.fixed if k == "population" or k.startswith("population.")]
     if given:
         raise UserError(f"{where}: fixed.{given[0]}: a population given by hand cannot stand beside "
@@ -74,12 +75,12 @@ def check_members(spec: ExperimentSpec, trainable: Backend) -> None:
 
 
 def member_bytes(spec: ExperimentSpec, trainable: Backend) -> int:
-    """A rough upper estimate of one member seed's memory in a trial: DQN's replay memory (two observations a
-    transition) dominates, sized by `capacity` and the env's observation (1,000 floats where it cannot be read);
-    a PPO seed's rollout and networks, a few MB."""
+    """A rough upper estimate of one member seed's memory in a trial: the replay memory of a learner that keeps one
+    (DQN; two observations a transition) dominates, sized by `capacity` and the env's observation (1,000 floats where
+    it cannot be read); a PPO seed's rollout and networks, a few MB."""
     replay = spec.fixed.get("replay_buffer_config") or {}
     capacity = int(spec.fixed.get("replay_buffer_config.capacity", replay.get("capacity", 50_000)) or 0) \
-        if trainable.name == "dqn" else 0
+        if trainable.replay else 0
     obs_floats = _obs_floats(spec) if capacity else 0
     return capacity * (2 * obs_floats * 4 + 16) + 8 * 2**20
 

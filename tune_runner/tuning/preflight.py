@@ -204,9 +204,9 @@ def check_seeds(spec: ExperimentSpec, trainable: Backend) -> None:
     if count == 1:
         return
     if not trainable.seeds:
-        from tune_runner.trainables.catalog import BACKENDS, OURS
+        from tune_runner.trainables.catalog import our_backends
 
-        seeded = ", ".join(name for name in OURS if BACKENDS.get(name).seeds)
+        seeded = ", ".join(ours.name for ours in our_backends() if ours.seeds)
         raise UserError(f"{spec.source}: seeds_per_trial: {count}: {trainable.name} trains one seed per trial "
                         f"({seeded} and agents that declare seeds_per_trial = True train several); "
                         f"set seeds_per_trial: 1")
@@ -353,7 +353,7 @@ def check_storage(storage: Path | str) -> None:
 
 def check_register(prepared: Prepared, name: str | None) -> None:
     """--register-model needs a trainable whose policy we export (ours), and a usable name."""
-    from tune_runner.trainables.catalog import BACKENDS, OURS
+    from tune_runner.trainables.catalog import our_backends
 
     if name is None:
         return
@@ -361,7 +361,7 @@ def check_register(prepared: Prepared, name: str | None) -> None:
         raise UserError(f"--register-model {name!r}: a model name without '/' or ':', e.g. cartpole-ppo")
     if not prepared.backend.exports_policy:
         raise UserError(f"--register-model {name}: the policy of trainable {prepared.spec.trainable} is not "
-                        f"exported as a model (only {', '.join(n for n in OURS if BACKENDS.get(n).exports_policy)}); "
+                        f"exported as a model (only {', '.join(b.name for b in our_backends() if b.exports_policy)}); "
                         f"drop --register-model")
 
 
