@@ -50,6 +50,13 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
                                         num_cpus=args.num_cpus, verbose=args.verbose, out=out))
 
 
+def cmd_sync(args: argparse.Namespace, out: TextIO) -> int:
+    from tune_runner.api.checks import storage_setting
+    from tune_runner.tuning.sync import sync
+
+    return sync(args.name, where=storage_setting(args.storage), mlflow_uri=args.mlflow_uri, out=out)
+
+
 # `tune-rl search` flags that shape a new search: a resumed one keeps those it was started with.
 NOT_ON_RESUME = (("space", "--space"), ("overrides", "--set"), ("name", "--name"), ("num_samples", "--num-samples"),
                  ("searcher", "--searcher"), ("scheduler", "--scheduler"), ("max_concurrent", "--max-concurrent"),
@@ -262,4 +269,4 @@ def cmd_completion(args: argparse.Namespace, out: TextIO) -> int:
 COMMANDS = {"search": cmd_search, "train": cmd_train, "spaces": cmd_spaces, "schedulers": cmd_schedulers,
             "best": cmd_best, "verify": cmd_verify, "report": cmd_report, "resume": cmd_resume,
             "evaluate": cmd_evaluate, "dashboard": cmd_dashboard, "submit": cmd_submit, "jobs": cmd_jobs,
-            "completion": cmd_completion}
+            "completion": cmd_completion, "sync": cmd_sync}

@@ -210,6 +210,7 @@ COMPLETERS: dict[tuple[tuple[str, ...], str], Callable[..., Iterable[str]]] = {
     ((), "model_name"): lambda **_: ["mlp"],
     ((), "experiment"): experiment_names,  # best, report
     (("resume",), "name"): experiment_names,
+    (("sync",), "name"): experiment_names,
     (("search",), "resume"): experiment_names,
     (("verify",), "bundle"): bundles,
 }

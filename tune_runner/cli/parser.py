@@ -226,6 +226,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     _best_parser(sub)
     _report_parser(sub)
     _resume_parser(sub)
+    _sync_parser(sub)
     _verify_parser(sub)
     from tune_runner.cli import train
 
@@ -300,6 +301,17 @@ def _resume_parser(sub: Any) -> None:
                                              "or token is not saved (default: the saved one)")
     resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: as the search was started)")
     resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
+
+
+def _sync_parser(sub: Any) -> None:
+    """`sync NAME`: write what a search spooled while its MLflow store was away."""
+    sync = sub.add_parser("sync", help="write to MLflow what a search kept in its folder while the store was "
+                                       "unreachable (its summary says so)")
+    sync.add_argument("name", help="the experiment's name (under --storage) or its folder")
+    sync.add_argument("--storage", type=_storage, help="the results folder or URI the search was started with "
+                                                       "(default: $TUNE_RL_HOME/results)")
+    sync.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password or "
+                                           "token is not saved (default: the saved one)")
 
 
 def _verify_parser(sub: Any) -> None:

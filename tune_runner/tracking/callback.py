@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from ray.tune import Callback
 
 from tune_runner.spec.seed_keys import member_seed
 from tune_runner.tracking.members import Member, Turnover, is_member_key
+from tune_runner.tracking.spool import Spool, Writer
 
 # client, find_parent and tag_filter live in mlflow_uri (no Ray import: `tune-rl report` logs with them)
 # flat_params too (tune_runner.tracked types a trial's params back with it)
@@ -60,6 +60,7 @@ NOT_METRICS = frozenset({
 STEPWISE = (PREFIX_APPLIED, PREFIX_REQUESTED)  # curves sent at their changes only (see the module's docstring)
 FLUSH_EVERY_S = 1.0  # the most a child run's metrics wait in the driver before they are sent
 MAX_BATCH = 1000  # MLflow's limit of metrics in one log_batch
+END_WAIT_S, END_TRY_S = 20.0, 5.0  # at the end of a search, how long (and how often) the store is tried again
 # MLflow 3's UI opens an experiment without a kind as a GenAI one (traces); ours are model training (runs).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
@@ -99,7 +100,8 @@ class MlflowTracking(Callback):
     in Tune's loop at the next hook."""
 
     def __init__(self, *, uri: str, experiment_id: str, parent_run_id: str, logged_keys: tuple[str, ...],
-                 ending: Callable[[dict], str], flush_every_s: float = FLUSH_EVERY_S) -> None:
+                 ending: Callable[[dict], str], flush_every_s: float = FLUSH_EVERY_S,
+                 spool_path: str | None = None) -> None:
         self.uri = uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
@@ -109,7 +111,8 @@ class MlflowTracking(Callback):
         self.runs: dict[str, str] = {}  # trial id -> child run id, filled in by the writer
         self.member_runs: dict[str, str] = {}  # member id -> its run id (under its trial's), filled in by the writer
         self._client: Any = None
-        self._writer = _Writer()
+        self.spool_path = spool_path  # where calls wait while the store is away (tracking.spool); None: nowhere
+        self._writer = self._new_writer()
         # Keyed by run: a trial's id, or a member's (`<trial id>-<n>`, never a trial's).
         self._pending: dict[str, list] = {}  # run key -> metrics not handed to the writer yet
         self._held: dict[str, dict[str, tuple[Any, bool]]] = {}  # run key -> STEPWISE key -> (last point, sent)
@@ -130,8 +133,18 @@ class MlflowTracking(Callback):
         self.__dict__.setdefault("flush_every_s", FLUSH_EVERY_S)  # pickled by a version before the writer
         self.__dict__.setdefault("member_runs", {})  # pickled by a version before member runs
         self.__dict__.setdefault("unsettled", {})
-        self._writer, self._pending, self._held, self._flushed = _Writer(), {}, {}, time.monotonic()
+        self.__dict__.setdefault("spool_path", None)
+        self._writer, self._pending, self._held, self._flushed = self._new_writer(), {}, {}, time.monotonic()
         self._members = {}
+
+    def _new_writer(self) -> Writer:
+        header = {"uri": self.uri, "experiment_id": self.experiment_id, "parent_run_id": self.parent_run_id}
+        return Writer(Spool(Path(self.spool_path), header) if self.spool_path else None)
+
+    @property
+    def spool(self) -> Spool | None:
+        """The search's spool (what waits for the store, and the outage it waited through), if it has one."""
+        return self._writer.spool
 
     @property
     def mlflow(self) -> Any:
@@ -152,10 +165,11 @@ class MlflowTracking(Callback):
     def _create_run(self, trial_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        run = self.mlflow.create_run(self.experiment_id, run_name=trial_id, tags={
-            "mlflow.parentRunId": self.parent_run_id, "tune_rl.trial_id": trial_id, "tune_rl.status": "running"})
-        self.runs[trial_id] = run.info.run_id
-        self.mlflow.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+        if trial_id not in self.runs:  # created already by a try the store dropped before the params (spool)
+            run = self.mlflow.create_run(self.experiment_id, run_name=trial_id, tags={
+                "mlflow.parentRunId": self.parent_run_id, "tune_rl.trial_id": trial_id, "tune_rl.status": "running"})
+            self.runs[trial_id] = run.info.run_id
+        self.mlflow.log_batch(self.runs[trial_id], params=[Param(k, v) for k, v in params.items()])
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if trial.trial_id not in self._pending:
@@ -218,11 +232,12 @@ class MlflowTracking(Callback):
     def _create_member_run(self, trial_id: str, member_id: str, slot: int, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        run = self.mlflow.create_run(self.experiment_id, run_name=member_id, tags={
-            "mlflow.parentRunId": self.runs[trial_id], MEMBER_TAG: member_id, "tune_rl.trial_id": trial_id,
-            "tune_rl.slot": str(slot), SEARCH_TAG: self.parent_run_id, "tune_rl.status": "running"})
-        self.member_runs[member_id] = run.info.run_id
-        self.mlflow.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+        if member_id not in self.member_runs:  # as _create_run
+            run = self.mlflow.create_run(self.experiment_id, run_name=member_id, tags={
+                "mlflow.parentRunId": self.runs[trial_id], MEMBER_TAG: member_id, "tune_rl.trial_id": trial_id,
+                "tune_rl.slot": str(slot), SEARCH_TAG: self.parent_run_id, "tune_rl.status": "running"})
+            self.member_runs[member_id] = run.info.run_id
+        self.mlflow.log_batch(self.member_runs[member_id], params=[Param(k, v) for k, v in params.items()])
 
     def _end_member(self, member: Member, status: str, mlflow_status: str, error: str = "") -> None:
         self._release_held(member.id)
@@ -335,40 +350,28 @@ class MlflowTracking(Callback):
             self._release_held(key)
         self._flush()
         self._writer.close()
+        waited = 0.0
+        while self.spool is not None and self.spool.active and waited < END_WAIT_S:  # the store's last chance
+            self._writer.retry(self, now=True)  # before the runner asks for it (the writer thread has ended)
+            if self.spool.active:
+                time.sleep(END_TRY_S)
+                waited += END_TRY_S
 
+    def call(self, name: str, *args: Any) -> None:
+        """One of the tracker's calls made now, on the caller's thread, after the writer has closed (the
+        parent run's outcome and end): spooled behind the others while the store is away."""
+        self._writer._run(getattr(self, name), *args)  # noqa: SLF001 - the writer's own rule, run here
+        self._writer.raise_error()
 
-class _Writer:
-    """One thread that runs MLflow calls in the order they were submitted. The first error stops it:
-    nothing submitted after runs, and raise_error (or wait) raises that error from then on."""
+    def _log_outcome(self, spec: Any, outcome: Any) -> None:
+        from tune_runner.tracking import parent
 
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._error: BaseException | None = None
+        parent.log_outcome(self.mlflow, self.parent_run_id, spec=spec, outcome=outcome)
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self.raise_error()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tune-rl-mlflow")
-        self._pool.submit(self._run, fn, *args)
+    def _close_parent(self, status: str) -> None:
+        from tune_runner.tracking import parent
 
-    def _run(self, fn: Callable[..., None], *args: Any) -> None:
-        if self._error is None:
-            try:
-                fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - handed to Tune's loop by raise_error
-                self._error = exc
-
-    def raise_error(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def close(self) -> None:
-        """Block until every submitted call has run and end the thread; then raise the first error, if any.
-        A later submit starts a new thread."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        self.raise_error()
+        parent.close(self.mlflow, self.parent_run_id, status=status)
 
 
 def last_error_line(trial: Any) -> str:

@@ -112,7 +112,7 @@ def check_tune_state(where: storage.Storage, folder: Path) -> None:
 
 
 def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: str | None = None,
-            saved: bool = True, python: bool = False) -> str:
+            saved: bool = True, python: bool = False, verb: str = "resume") -> str:
     """The command that continues search `name`: every hint that prints one builds it here (an interrupted
     search, a --name taken, a refused `search --resume`, a secret to give again, tr.Interrupted).
 
@@ -120,7 +120,8 @@ def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: st
     found: "no such folder"), and --mlflow-uri where the resume needs it: a search that did not save it
     (`saved` false: one saved before run options, or a command line restating the store it gave), or one
     saved without its secret (shown as ***, with a note to put it back). `python`: as a tune_runner.resume
-    call instead, with the same settings."""
+    call instead, with the same settings. `verb`: `sync` for the command that writes a search's spooled MLflow
+    calls (tracking.spool), which finds the search and its store the same way."""
     given: dict[str, str] = {}
     if storage is not None and storage != paths.default_storage():
         given["storage"] = redacted(str(storage))
@@ -130,12 +131,12 @@ def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: st
             given["mlflow_uri"] = redacted(mlflow_uri)
     if python:
         return f"tune_runner.resume({', '.join([repr(name), *(f'{k}={v!r}' for k, v in given.items())])})"
-    words = ["tune-rl", "resume", name, *(w for k, v in given.items() for w in (f"--{k.replace('_', '-')}", v))]
+    words = ["tune-rl", verb, name, *(w for k, v in given.items() for w in (f"--{k.replace('_', '-')}", v))]
     line = " ".join(shlex.quote(word) for word in words)
     return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
 
 
-def run_command(name: str, options: Any, *, python: bool = False) -> str:
+def run_command(name: str, options: Any, *, python: bool = False, verb: str = "resume") -> str:
     """`command` for the search `name` run with `options` (RunOptions): its saved options carry the rest."""
     return command(name, storage=options.storage, mlflow_uri=options.mlflow_uri,
-                   saved=options.search_id is not None, python=python)
+                   saved=options.search_id is not None, python=python, verb=verb)

@@ -7,6 +7,7 @@ tune_runner.tracking.parent's, what is printed around the live view tune_runner.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
 from collections import Counter
@@ -131,6 +132,8 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     spec = prepared.spec
     started = time.monotonic()
     console.header(spec, name, out)
+    for key, value in STORE_RETRIES.items():  # a store that is away: a call fails in seconds and waits in the spool
+        os.environ.setdefault(key, value)
     store = _open_store(options.mlflow_uri, warm=("torch",) if prepared.backend.exports_policy else ())
     shipped = ensure_ray(num_cpus=options.num_cpus, verbose=options.verbose, num_gpus=options.num_gpus,
                          address=options.address, plugins=spec.plugins,
@@ -138,6 +141,7 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     _checked_on_ray(prepared, options, exp_path, out=out)
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
                                                          out=out, store=store)
+    tracker = next(c for c in callbacks if isinstance(c, tracking.MlflowTracking))
     status = "FAILED"
     warm = _warm_trials(spec, options, batched=prepared.backend.seeds)
     try:
@@ -153,8 +157,9 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         outcome = _finish(spec, exp_path, options, started, record=prepared.backend,
                           audit=audit.summary() if audit else None, out=out, warm=warm)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
-        parent_run.log_outcome(mlflow, parent, spec=spec, outcome=outcome)
-        policy = _log_model(prepared.backend, outcome, options, experiment_id=exp_id, parent=parent)
+        tracker.call("_log_outcome", spec, outcome)
+        policy = _log_model(prepared.backend, outcome, options, experiment_id=exp_id, parent=parent,
+                            store_away=tracker.spool is not None and tracker.spool.active)
         resume.mark_finished(exp_path, status=status.lower(), counts=dict(outcome.counts))
         if storage.is_uri(options.storage):  # best.yaml, the report and our marks join Tune's files there
             storage.upload(exp_path, storage.join(options.storage, name))
@@ -164,9 +169,19 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
         raise
     finally:
         warm.release()
-        parent_run.close(mlflow, parent, status=status)
+        tracker.call("_close_parent", status)
     console.summary(spec, outcome, options, mlflow_run=parent, model=policy, out=out)
+    if tracker.spool is not None and tracker.spool.outage is not None:
+        sync = resume.run_command(name, options, verb="sync")
+        print(f"mlflow     {tracker.spool.outage.said(tracker.spool.path, sync)}", file=out)
     return replace(outcome, mlflow_run=parent)
+
+
+# MLflow's REST client retries a failed call 7 times with backoff (minutes, the writer waiting on a dead server);
+# the search's spool (tracking.spool) keeps the call instead and tries the store again every 10 s. A user's own
+# setting of these wins.
+STORE_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
 def _checked(spec: ExperimentSpec, options: RunOptions, *, suffix: str,
@@ -241,7 +256,8 @@ def _tracking(spec: ExperimentSpec, options: RunOptions, exp_path: Path, *, popu
                                      search_id=options.search_id)
     logged = tuple(spec.fixed) + spec.searched
     tracker = tracking.MlflowTracking(uri=options.mlflow_uri, experiment_id=exp_id, parent_run_id=parent,
-                                      logged_keys=logged, ending=spec.ending)
+                                      logged_keys=logged, ending=spec.ending,
+                                      spool_path=str(exp_path / paths.SPOOL_FILE))
     tracker.runs.update(children)
     if children and spec.configs_per_trial > 1:  # a resumed population trial's members log on in their runs
         tracker.continue_members(tracking.member_runs(mlflow, exp_id, parent))
@@ -375,11 +391,14 @@ def _live_view(spec: ExperimentSpec, out: TextIO) -> Any:
 
 
 def _log_model(record: Backend, outcome: Outcome, options: RunOptions, *, experiment_id: str,
-               parent: str) -> Any:
-    """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.log_model)."""
+               parent: str, store_away: bool = False) -> Any:
+    """The best trial's policy as an MLflow model on the parent run (tune_runner.tracking.log_model); none while
+    the store is away (`store_away`: the search's spool holds calls for it)."""
     from tune_runner.tracking import log_model
 
     if outcome.best is None:
         return log_model.NOT_LOGGED
+    if store_away:
+        return log_model.Logged(None, "not logged (the MLflow store was unreachable at the end of the search)")
     return log_model.log_policy(uri=options.mlflow_uri, experiment_id=experiment_id, run_id=parent,
                                 record=record, best=outcome.best, register_as=options.register_model)
