@@ -118,7 +118,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     check_metric(spec, trainable)
     problem = _check_space_corners(spec, trainable)
     if problem:
-        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
+        raise UserError(f"{where}: {problem[0]}{spec.trainable} rejects this config: {problem[1]}")
     kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
     searcher_type = searchers.searcher_type(spec.searcher, where=where)
     check_combination(spec, trainable, kind, scheduler_type, searcher_type)
@@ -259,17 +259,28 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
                         f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
 
 
-def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
-    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
+def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> tuple[str, str] | None:
+    """The backend's own validation on one sample of the space, then on each parameter's extremes: None, or
+    where the refused value stands (`fixed.model: `, `space.lr = 2: `, or "" where no one value is to blame)
+    and the backend's words."""
 
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config,
             **({reserved.SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
-    candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
-                           for p in spec.space for value in p.extremes()]
-    for config in candidates:
-        problem = trainable.check_config(prune(config, spec.space))  # as a trial gets it: no inactive parameter
-        if problem:
-            return problem
+
+    def check(config: dict[str, Any]) -> str | None:
+        return trainable.check_config(prune(config, spec.space))  # as a trial gets it: no inactive parameter
+
+    problem = check(base)
+    if problem:  # the fixed (or searched) value without which the sample passes is the one refused
+        places = [f"fixed.{key}" for key in spec.fixed] + [f"space.{name}" for name in spec.searched]
+        blamed = next((place for place in places
+                       if not check({k: v for k, v in base.items() if k != place.partition(".")[2]})), None)
+        return (f"{blamed}: " if blamed else "", problem)
+    for param in spec.space:
+        for value in param.extremes():
+            problem = check({**base, **activating(param, spec.space), param.name: value})
+            if problem:
+                return f"space.{param.name} = {value!r}: ", problem
     return None
 
 
