@@ -8,6 +8,7 @@ from tune_runner import storage
 from tune_runner.results import analysis
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import uri as mlflow_uri
+from tune_runner.tuning.resume import printed
 
 
 def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
@@ -63,7 +64,8 @@ def where_to_look(uri: str) -> str:
 
     if uri.startswith(("http://", "https://")):
         return "open it in a browser"
-    return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
+    flag = [] if uri == default_mlflow_uri() else ["--mlflow-uri", mlflow_uri.redacted(uri)]  # no password shown
+    return f"see it: {printed(['tune-rl', 'dashboard', *flag])}"
 
 
 def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str, model: Any, out: TextIO) -> None:
@@ -94,5 +96,6 @@ def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str
           f"{where_to_look(options.mlflow_uri)})", file=out)
     print(f"model      {model.note}", file=out)
     if outcome.export_path is not None:
-        print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
+        rerun = printed(["tune-rl", "train", "--config", str(outcome.export_path)])
+        print(f"exported   {outcome.export_path}  (re-run: {rerun})", file=out)
     out.flush()

@@ -121,16 +121,33 @@ def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: st
     (`saved` false: one saved before run options, or a command line restating the store it gave), or one
     saved without its secret (shown as ***, with a note to put it back). `python`: as a tune_runner.resume
     call instead, with the same settings."""
-    given: dict[str, str] = {}
-    if storage is not None and storage != paths.default_storage():
-        given["storage"] = redacted(str(storage))
+    given = storage_flag(storage)
     if mlflow_uri is not None:
         unsaved = not saved and absolute_uri(mlflow_uri) != paths.default_mlflow_uri()
         if unsaved or HIDDEN in redacted(mlflow_uri):  # a secret: given again, or saved as ***
             given["mlflow_uri"] = redacted(mlflow_uri)
     if python:
         return f"tune_runner.resume({', '.join([repr(name), *(f'{k}={v!r}' for k, v in given.items())])})"
-    words = ["tune-rl", "resume", name, *(w for k, v in given.items() for w in (f"--{k.replace('_', '-')}", v))]
+    return search_command("resume", name, flags=given)
+
+
+def storage_flag(storage: storage.Storage | None) -> dict[str, str]:
+    """{"storage": ...} where `storage` is not the default (without --storage the search is not found), else {}."""
+    if storage is None or storage == paths.default_storage():
+        return {}
+    return {"storage": redacted(str(storage))}
+
+
+def search_command(verb: str, name: str, *words: str, flags: dict[str, str] | None = None) -> str:
+    """`tune-rl VERB NAME WORDS... --flag value...` (flags' keys as Python names: mlflow_uri), as `printed` writes
+    it: the one builder of every command a hint prints for a search (resume, best, ...)."""
+    options = [w for k, v in (flags or {}).items() for w in (f"--{k.replace('_', '-')}", v)]
+    return printed(["tune-rl", verb, name, *words, *options])
+
+
+def printed(words: list[str]) -> str:
+    """A command for the user to run, each word quoted for a shell (a folder with a space in its name runs as
+    printed); where a secret was redacted (***), a note to put it back."""
     line = " ".join(shlex.quote(word) for word in words)
     return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
 
