@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from tune_runner import storage
+from tune_runner.hints import printed
 from tune_runner.results import analysis
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import uri as mlflow_uri
-from tune_runner.tuning.resume import printed
 
 
 def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:

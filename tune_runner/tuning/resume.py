@@ -9,13 +9,13 @@ store). No secret is written: a password or token in a URI is saved as *** and m
 
 from __future__ import annotations
 
-import shlex
 import uuid
 from pathlib import Path
 from typing import Any
 
 from tune_runner import paths, storage
 from tune_runner.errors import NotFound, UserError
+from tune_runner.hints import HIDDEN, search_command, storage_flag
 from tune_runner.paths import FINISHED_MARK, RUN_FILE, SPEC_FILE
 from tune_runner.spec import saved
 from tune_runner.spec.saved import KEPT, absolute_uri
@@ -25,7 +25,6 @@ from tune_runner.tracking.uri import redacted
 save, mark_finished, finished = saved.save, saved.mark_finished, saved.finished
 read_spec, saved_spec, read_run = saved.read_spec, saved.saved_spec, saved.read_run
 
-HIDDEN = "***"  # what redacted() writes in place of a secret
 
 
 def new_search_id() -> str:
@@ -129,27 +128,6 @@ def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: st
     if python:
         return f"tune_runner.resume({', '.join([repr(name), *(f'{k}={v!r}' for k, v in given.items())])})"
     return search_command("resume", name, flags=given)
-
-
-def storage_flag(storage: storage.Storage | None) -> dict[str, str]:
-    """{"storage": ...} where `storage` is not the default (without --storage the search is not found), else {}."""
-    if storage is None or storage == paths.default_storage():
-        return {}
-    return {"storage": redacted(str(storage))}
-
-
-def search_command(verb: str, name: str, *words: str, flags: dict[str, str] | None = None) -> str:
-    """`tune-rl VERB NAME WORDS... --flag value...` (flags' keys as Python names: mlflow_uri), as `printed` writes
-    it: the one builder of every command a hint prints for a search (resume, best, ...)."""
-    options = [w for k, v in (flags or {}).items() for w in (f"--{k.replace('_', '-')}", v)]
-    return printed(["tune-rl", verb, name, *words, *options])
-
-
-def printed(words: list[str]) -> str:
-    """A command for the user to run, each word quoted for a shell (a folder with a space in its name runs as
-    printed); where a secret was redacted (***), a note to put it back."""
-    line = " ".join(shlex.quote(word) for word in words)
-    return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
 
 
 def run_command(name: str, options: Any, *, python: bool = False) -> str:
