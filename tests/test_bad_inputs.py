@@ -43,6 +43,8 @@ def test_bad_space_file(path, cli, untouched):
 @pytest.mark.parametrize("argv, fragments", [
     (["search", "--space", "ppo_smal"], ["--space: unknown space 'ppo_smal'; did you mean 'ppo_small'?"]),
     (["search", "--space", "oracle", "--plugins", "nope.py"], ["--plugins nope.py: no such file or folder"]),
+    (["search", "--space", "oracle", "--no-plugins", "--plugins", "nope.py"],
+     ["--no-plugins: --plugins nope.py asks to import a plug-in, --no-plugins to import none; drop one of them"]),
     (["train", "--env_name", "CartPole-v1", "--agent_name", "ppoo"],
      ["--agent_name ppoo: unknown trainable 'ppoo'; did you mean 'ppo'?"]),
     (["train", "--env_name", "CartPol-v1"], ["--env_name CartPol-v1: unknown environment 'CartPol-v1'; did you mean"]),

@@ -71,6 +71,8 @@ class ExperimentSpec:
     reevaluate: bool | dict = True
     plugins: tuple[str, ...] = ()
     """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
+    discover_plugins: bool = True
+    """Whether the working folder's envs/ is imported unasked; false with `plugins: false` or --no-plugins."""
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
     seed_aggregate: str = seed_keys.DEFAULT_AGGREGATE
@@ -166,7 +168,8 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
+            "reevaluate": self.reevaluate, "fixed": self.fixed,
+            "plugins": list(self.plugins) if self.plugins or self.discover_plugins else False,
             "space": {p.name: p.as_raw() for p in self.space},
             **seeds,
         }
@@ -392,7 +395,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         fixed=fixed,
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),
-        plugins=plugin_paths(raw.get("plugins", []), where),
+        plugins=plugin_paths(raw.get("plugins", []), where) or (),
+        discover_plugins=raw.get("plugins") is not False,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TextIO
 
 from tune_runner import storage
@@ -18,6 +19,17 @@ def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
           f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
           file=out)
     print(f"  searching {searched}", file=out, flush=True)
+    if spec.plugins or not spec.discover_plugins:  # code that runs is named: ./envs/ and plugins: import unasked
+        files = ", ".join(_shown(path) for path in spec.plugins) or "none (--no-plugins or plugins: false)"
+        print(f"  plug-ins  {files}", file=out, flush=True)
+
+
+def _shown(path: str) -> str:
+    """A plug-in file as the header names it: relative to the working folder where it lies below it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _stop_at(spec: ExperimentSpec) -> str:

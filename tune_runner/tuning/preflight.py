@@ -84,13 +84,24 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
 
 def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     """`with_plugins` without Ray: the files imported (each once per process), their envs not yet sent."""
-    from tune_runner.plugins import load_plugins
+    from tune_runner.plugins import load_plugins, set_discovery
 
+    set_discovery(spec.discover_plugins)  # for this command: an env built later (ensure_gym_id) asks it too
     try:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
         raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
+
+
+def without_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec under --no-plugins: no plug-in imported, not even the working folder's envs/. A space (or a
+    resumed search) that names plug-in files cannot run without them: refused, naming them, to be read first."""
+    if spec.plugins:
+        shown = ", ".join(spec.plugins)
+        raise UserError(f"--no-plugins: {spec.source} names plug-in files, code the search would import ({shown}); "
+                        f"read them, then run without --no-plugins")
+    return replace(spec, discover_plugins=False)
 
 
 @raised_as(SpecError)  # what it refuses is the space (or an override of it), as the Python API promises
