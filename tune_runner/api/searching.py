@@ -157,7 +157,7 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
     if not plugins:
         from tune_runner.tuning.preflight import without_plugins
 
-        spec = without_plugins(spec)
+        spec = without_plugins(spec, whose=f"search {folder.name} (resumed)")
     run = saved.read_run(folder)
     fields = saved.continued(run, folder=folder, where=storage, mlflow_uri=mlflow_uri, num_cpus=num_cpus)
     saved.check_tune_state(fields["storage"], folder)

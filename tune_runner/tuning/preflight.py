@@ -94,13 +94,13 @@ def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
 
 
-def without_plugins(spec: ExperimentSpec) -> ExperimentSpec:
+def without_plugins(spec: ExperimentSpec, *, whose: str = "") -> ExperimentSpec:
     """The spec under --no-plugins: no plug-in imported, not even the working folder's envs/. A space (or a
     resumed search) that names plug-in files cannot run without them: refused, naming them, to be read first."""
     if spec.plugins:
         shown = ", ".join(spec.plugins)
-        raise UserError(f"--no-plugins: {spec.source} names plug-in files, code the search would import ({shown}); "
-                        f"read them, then run without --no-plugins")
+        raise UserError(f"--no-plugins: {whose or spec.source} names plug-in files, code the search would import "
+                        f"({shown}); read them, then run without --no-plugins")
     return replace(spec, discover_plugins=False)
 
 
