@@ -253,7 +253,16 @@ TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", *reserved.SEED_KEYS)
 def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
     """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
     trial's config as learner settings): TOP_LEVEL_SETS, and env_config.X as {"env_config": {...}}."""
+    from tune_runner.spec.top_level import TOP_KEYS
+
     top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
+    if "trainable" in fixed:
+        raise UserError(f"--set trainable={fixed['trainable']}: a run's trainable is its --agent_name; give "
+                        f"--agent_name {fixed['trainable']}")
+    for key in TOP_KEYS:  # a search's own setting (num_samples, searcher, ...): not the learner's, and no search here
+        if key in fixed and key != "env_config":
+            raise UserError(f"--set {key}={fixed[key]}: {key} is a setting of a search (tune-rl search), not of "
+                            f"one training run; drop it")
     env_config = {key.removeprefix(reserved.PREFIX): fixed.pop(key) for key in list(fixed)
                   if key.startswith(reserved.PREFIX)}
     if env_config:
