@@ -65,6 +65,20 @@ def test_a_backend_section_replaces_the_top_levels_value_wherever_it_stands(tmp_
     spec = load_spec(str(path), overrides=["env_config.sutton_barto_reward=false"])
     assert spec.searched == ("lr",) and spec.fixed == {"gamma": 0.95}
     assert spec.env_config == {"sutton_barto_reward": False}
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "env_config: {sutton_barto_reward: true}\nfixed: {env_config.sutton_barto_reward: true}\n"
+                    "backends: {ppo: {env_config: {sutton_barto_reward: false}}, "
+                    "rllib/PPO: {space: {env_config.sutton_barto_reward: {choice: [true, false]}}}}\n")
+    with pytest.raises(UserError, match=r"env_config.sutton_barto_reward is given twice, in the top-level "
+                                        r"env_config.sutton_barto_reward and fixed.env_config.sutton_barto_reward"):
+        load_spec(str(path))  # the top level gives it twice: no backend section mends that
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "fixed: {env_config.sutton_barto_reward: true}\n"
+                    "backends: {ppo: {env_config: {sutton_barto_reward: false}}, "
+                    "rllib/PPO: {space: {env_config.sutton_barto_reward: {choice: [true, false]}}}}\n")
+    assert load_spec(str(path)).env_config == {"sutton_barto_reward": False}
+    rllib = load_spec(str(path), overrides=["trainable=rllib/PPO"])
+    assert rllib.searched == ("env_config.sutton_barto_reward",) and rllib.fixed == {}
 
 
 def test_set_overrides_budget_fixed_and_pins_a_searched_value():

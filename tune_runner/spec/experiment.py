@@ -20,7 +20,7 @@ from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.spec import reserved, seed_keys
-from tune_runner.spec.places import check_places
+from tune_runner.spec.places import check_places, drop_replaced
 from tune_runner.spec.search_space import Param, _short, parse_space
 from tune_runner.spec.top_level import (
     TOP_KEYS,
@@ -282,8 +282,9 @@ def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
         backends:
           rllib/PPO: {budget: {env_steps: 50000}, fixed: {num_envs_per_env_runner: 8}}
 
-    The section's values replace the top level's: a key it fixes is no longer searched, and a key it searches is
-    no longer fixed (within one section, as within the top level, a key is given once: spec.places).
+    The section's values replace the top level's wherever they stand: a key it fixes is no longer searched, a key
+    it searches no longer fixed, an env_config key it sets no longer fixed as env_config.KEY (spec.places; within
+    one section, as within the top level, a value is given once).
     """
     sections = raw.pop("backends", None)
     if sections is None:
@@ -293,15 +294,13 @@ def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
                         f"got {_short(sections)}")
     section = sections.get(trainable) or {}
     merged = copy.deepcopy(raw)
-    for key, value in section.items():
+    for key in section:
         if key not in TOP_KEYS or key in ("trainable", "backends"):
             raise UserError(f"{where}: backends.{trainable}.{key}: not allowed in a backend section")
+    drop_replaced(merged, section)  # a value fixed for this backend is no longer searched, and the other way round
+    for key, value in section.items():
         if key in MERGED and isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
             merged[key] = {**merged.get(key, {}), **value}
-            other = "space" if key == "fixed" else "fixed" if key == "space" else None
-            if other and isinstance(merged.get(other), dict):
-                for name in value:  # a value fixed for this backend is no longer searched, and the other way round
-                    merged[other].pop(name, None)
         else:
             merged[key] = value
     return merged

@@ -37,6 +37,28 @@ def _check_section(section: dict, *, where: str, at: str) -> None:
                 raise UserError(f"{where}: {name} is given twice, in {place} and {other_place}; keep one")
 
 
+def drop_replaced(raw: dict, section: dict) -> None:
+    """Take out of `raw` (a file's top level) every fixed, searched or env_config value that a value of `section`
+    (a backend section) replaces: one at the same path or below it. A section's `fixed: {lr: ...}` ends the top
+    level's `space: {lr: ...}`, its `space:` entry a fixed one, its `env_config: {size: 3}` a fixed
+    `env_config.size`. A top-level value above the section's (a whole mapping) stays, and is refused as given
+    twice once merged."""
+    given = [path for path, _ in places(section)]
+
+    def replaced(path: tuple[str, ...]) -> bool:
+        return any(path[:len(other)] == other for other in given)
+
+    for part in SECTIONS:
+        entries = raw.get(part)
+        if isinstance(entries, dict):
+            for key in [k for k in entries if replaced(tuple(str(k).split(".")))]:
+                del entries[key]
+    env_config = raw.get("env_config")
+    if isinstance(env_config, dict):
+        for key in [k for k in env_config if replaced(("env_config", *str(k).split(".")))]:
+            del env_config[key]
+
+
 def places(section: dict, *, at: str = "") -> list[tuple[tuple[str, ...], str]]:
     """(path, place) for each value `section` gives, in file order; the place as a user finds it in the file."""
     found: list[tuple[tuple[str, ...], str]] = []
