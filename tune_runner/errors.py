@@ -87,7 +87,8 @@ def unknown_name(what: str, word: Any, choices: Iterable[str], *, listing: str =
         shown = text if len(text := repr(word)) <= 60 else text[:57] + "..."
         listed = ", ".join(choices) if len(choices) <= LONGEST_CHOICES else f"{len(choices)} known" + (
             f"; {listing}" if listing else "")
-        return f"{what} must be a name ({listed}), got {shown} (a {type(word).__name__})"
+        got = "nothing (an empty value)" if word is None else f"{shown} (a {type(word).__name__})"
+        return f"{what} must be a name ({listed}), got {got}"
     near = closest(word, choices)
     hint = f"; did you mean {near!r}?" if near else ""
     if len(choices) <= LONGEST_CHOICES:
