@@ -52,6 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _plugin_discovery_on() -> Iterator[None]:
+    """--no-plugins and `plugins: false` turn discovery off for the rest of a process (tune_runner.plugins):
+    each test starts with it on, as a command does."""
+    from tune_runner.plugins import set_discovery
+
+    yield
+    set_discovery(True)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Never write to the real ~/.tune-rl from a test."""
     home = tmp_path_factory.mktemp("tune-rl-home")

@@ -68,7 +68,8 @@ def test_best_gives_the_searchs_reevaluated_winner_unless_asked_for_a_scope(fini
     assert cli("best", str(folder), "--scope", "last").out.startswith("best       h_00003")
     (folder / "reevaluation.json").write_text('{"ranking": [{"trial_id": "h_00001"}]}')
     with pytest.raises(tr.UserError, match=r"reevaluation.json: not a saved re-evaluation \(KeyError: 'seeds'\); "
-                                           r"delete it, or run tune-rl best hand-search --reevaluate K again"):
+                                           r"delete it, or re-evaluate the top configs again: tune-rl best hand-search "
+                                           r"--reevaluate 2 --storage "):
         tr.best(str(folder))
 
 

@@ -35,7 +35,7 @@ ROOT = Path(tune_runner.__file__).parent
 # exported policy ships with, imports nothing of the project (asserted below).
 LAYERS = (
     ("base", ("__init__", "errors", "paths", "files", "registry", "storage", "_moved", "tune_rl_policy", "version",
-              "tracking.uri")),
+              "tracking.uri", "hints")),
     ("plugins", ("plugins",)),
     ("spec", ("spec",)),
     ("algos", ("algos",)),

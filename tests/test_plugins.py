@@ -503,3 +503,90 @@ def test_a_plugin_file_rewritten_within_the_same_second_runs_as_it_is_now(tmp_pa
         seen.append(run.stdout.strip())
     assert seen == ["1", "2"]
     assert not (plugin.parent / "__pycache__").exists()  # nothing written into the user's folder
+
+
+# ---- code that runs is named: the header lists each plug-in file; --no-plugins and plugins: false import none --
+
+
+def marking(path: Path, marker: Path) -> Path:
+    """A plug-in file that leaves `marker` when imported (and registers nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n")
+    return path
+
+
+def space_file(folder: Path, *, env: str = "CartPole-v1", plugins: str = "") -> Path:
+    path = folder / "s.yaml"
+    path.write_text(f"trainable: ppo\nenv: {env}\nbudget: {{env_steps: 1000}}\n{plugins}")
+    return path
+
+
+def header_lines(spec) -> list[str]:
+    import io
+
+    from tune_runner.tuning.console import header
+
+    out = io.StringIO()
+    header(spec, "s", out)
+    return [line for line in out.getvalue().splitlines() if line.startswith("  plug-ins")]
+
+
+def test_the_header_names_every_plugin_file_the_search_imported(tmp_path, monkeypatch):
+    from tune_runner.spec.experiment import load_spec
+    from tune_runner.tuning.preflight import prepare
+
+    monkeypatch.chdir(tmp_path)
+    marking(tmp_path / "envs" / "local_plugin.py", tmp_path / "local.marker")
+    marking(tmp_path / "extra.py", tmp_path / "extra.marker")
+    prepared = prepare(load_spec(str(space_file(tmp_path, plugins="plugins: [extra.py]\n"))))
+    assert header_lines(prepared.spec) == ["  plug-ins  envs/local_plugin.py, extra.py"]
+    assert (tmp_path / "local.marker").exists() and (tmp_path / "extra.marker").exists()
+
+
+@pytest.mark.parametrize("how", ["--no-plugins", "plugins: false"])
+def test_no_plugins_imports_nothing_and_the_header_says_so(how, tmp_path, monkeypatch):
+    from tune_runner.api.searching import search_spec
+    from tune_runner.tuning.preflight import check_before_ray, prepare
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "boom.py").write_text("raise RuntimeError('a plug-in ran')\n")
+    space = space_file(tmp_path, plugins="plugins: false\n" if how == "plugins: false" else "")
+    spec = search_spec(str(space), plugins=False if how == "--no-plugins" else ())
+    check_before_ray(spec)
+    prepared = prepare(spec)
+    assert header_lines(prepared.spec) == ["  plug-ins  none (--no-plugins or plugins: false)"]
+    assert prepared.spec.as_dict()["plugins"] is False  # a resumed search keeps it off
+
+
+@pytest.mark.parametrize("how", ["--no-plugins", "plugins: false"])
+def test_an_env_only_a_plugin_would_register_is_unknown_without_plugins(how, tmp_path, cli, untouched):
+    """ensure_gym_id, deep in the env checks, looks in ./envs/ too: it must not import it either."""
+    marking(tmp_path / "envs" / "plug.py", tmp_path / "envs.marker")
+    space = space_file(tmp_path, env="plug_env", plugins="plugins: false\n" if how == "plugins: false" else "")
+    untouched.mark()
+    result = cli("search", "--space", str(space), *(["--no-plugins"] if how == "--no-plugins" else []))
+    assert result.status == 2 and "unknown environment 'plug_env'" in result.err, result.err
+    assert len(result.err.strip().splitlines()) == 1 and not (tmp_path / "envs.marker").exists()
+    untouched.check()
+
+
+def test_no_plugins_refuses_a_space_that_names_plugins_importing_none(tmp_path, cli, untouched):
+    marking(tmp_path / "extra.py", tmp_path / "extra.marker")
+    space = space_file(tmp_path, plugins="plugins: [extra.py]\n")
+    untouched.mark()
+    result = cli("search", "--space", str(space), "--no-plugins")
+    assert result.status == 2, result.err
+    assert result.err.strip() == (f"tune-rl: --no-plugins: {space} names plug-in files, code the search would "
+                                  f"import ({tmp_path / 'extra.py'}); read them, then run without --no-plugins")
+    assert not (tmp_path / "extra.marker").exists()
+    untouched.check()
+
+
+def test_train_with_no_plugins_does_not_import_the_working_folders_envs(tmp_path, cli, untouched):
+    marking(tmp_path / "envs" / "plug.py", tmp_path / "envs.marker")
+    untouched.mark()
+    result = cli("train", "--env_name", "plug_env", "--no-plugins")
+    assert result.status == 2 and "unknown environment 'plug_env'" in result.err, result.err
+    assert len(result.err.strip().splitlines()) == 1 and not (tmp_path / "envs.marker").exists()
+    untouched.check()

@@ -256,3 +256,20 @@ def test_a_missing_secret_is_asked_for_with_a_command_that_finds_the_search(tmp_
     assert line.endswith("  # put the secret back in place of ***"), line
     given = followed(line.replace("***", SECRET), cli, no_run)
     assert given.mlflow_uri == uri and given.storage == tmp_path / "results"
+
+
+def test_resume_with_no_plugins_keeps_discovery_off_and_refuses_a_search_that_imported_plugins(tmp_path, cli,
+                                                                                                no_run):
+    folder = saved_search(options(tmp_path))
+    result = cli("resume", str(folder), "--no-plugins")
+    assert result.status == 0, result.err
+    [(spec, _)] = no_run
+    assert not spec.discover_plugins and spec.as_dict()["plugins"] is False
+    plugin = tmp_path / "my plugin.py"
+    with_plugin = runner.local_folder(tmp_path / "other", "exp")
+    resume.save(with_plugin, spec=replace(load_spec("oracle"), plugins=(str(plugin),)), options=options(tmp_path))
+    (with_plugin / "tuner.pkl").write_bytes(b"stub")
+    refused = cli("resume", str(with_plugin), "--no-plugins")
+    assert refused.status == 2 and len(no_run) == 1
+    assert refused.err.strip() == (f"tune-rl: --no-plugins: search exp (resumed) names plug-in files, code the "
+                                   f"search would import ({plugin}); read them, then run without --no-plugins")

@@ -55,6 +55,33 @@ def test_backend_section_rejects_what_it_cannot_set(tmp_path):
         load_spec(str(path))
 
 
+def test_a_backend_section_replaces_the_top_levels_value_wherever_it_stands(tmp_path):
+    """One value, one place holds within a section; a backend section's value replaces the top level's: a key it
+    searches is no longer fixed, one it fixes no longer searched, and a `--set env_config.X` replaces a fixed one."""
+    path = tmp_path / "s.yaml"
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "fixed: {lr: 0.001, env_config.sutton_barto_reward: true}\n"
+                    "space: {gamma: {uniform: [0.9, 0.99]}}\n"
+                    "backends: {ppo: {space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}, fixed: {gamma: 0.95}}}\n")
+    spec = load_spec(str(path), overrides=["env_config.sutton_barto_reward=false"])
+    assert spec.searched == ("lr",) and spec.fixed == {"gamma": 0.95}
+    assert spec.env_config == {"sutton_barto_reward": False}
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "env_config: {sutton_barto_reward: true}\nfixed: {env_config.sutton_barto_reward: true}\n"
+                    "backends: {ppo: {env_config: {sutton_barto_reward: false}}, "
+                    "rllib/PPO: {space: {env_config.sutton_barto_reward: {choice: [true, false]}}}}\n")
+    with pytest.raises(UserError, match=r"env_config.sutton_barto_reward is given twice, in the top-level "
+                                        r"env_config.sutton_barto_reward and fixed.env_config.sutton_barto_reward"):
+        load_spec(str(path))  # the top level gives it twice: no backend section mends that
+    path.write_text("trainable: ppo\nenv: CartPole-v1\nbudget: {env_steps: 10}\n"
+                    "fixed: {env_config.sutton_barto_reward: true}\n"
+                    "backends: {ppo: {env_config: {sutton_barto_reward: false}}, "
+                    "rllib/PPO: {space: {env_config.sutton_barto_reward: {choice: [true, false]}}}}\n")
+    assert load_spec(str(path)).env_config == {"sutton_barto_reward": False}
+    rllib = load_spec(str(path), overrides=["trainable=rllib/PPO"])
+    assert rllib.searched == ("env_config.sutton_barto_reward",) and rllib.fixed == {}
+
+
 def test_set_overrides_budget_fixed_and_pins_a_searched_value():
     spec = load_spec("ppo_small", overrides=["budget=1234", "vf_loss_coeff=0.5", "lr=1e-3",
                                                "env_config.size=3", "num_samples=2"])

@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
+from typing import Any
 
 
 class ExitStatus(IntEnum):
@@ -78,10 +79,16 @@ LONGEST_CHOICES = 20
 """Up to this many choices are listed whole after an unknown name; of more, the closest few and a count."""
 
 
-def unknown_name(what: str, word: str, choices: Iterable[str], *, listing: str = "") -> str:
+def unknown_name(what: str, word: Any, choices: Iterable[str], *, listing: str = "") -> str:
     """"unknown X 'y'; did you mean 'z'? (choices: ...)" with the closest match first. Of more than
     LONGEST_CHOICES choices (gymnasium's environments), only the closest five and how to list them all."""
     choices = sorted(choices)
+    if not isinstance(word, str):  # a mapping or a list where a name goes: say what is expected, not `unhashable`
+        shown = text if len(text := repr(word)) <= 60 else text[:57] + "..."
+        listed = ", ".join(choices) if len(choices) <= LONGEST_CHOICES else f"{len(choices)} known" + (
+            f"; {listing}" if listing else "")
+        got = "nothing (an empty value)" if word is None else f"{shown} (a {type(word).__name__})"
+        return f"{what} must be a name ({listed}), got {got}"
     near = closest(word, choices)
     hint = f"; did you mean {near!r}?" if near else ""
     if len(choices) <= LONGEST_CHOICES:

@@ -35,7 +35,7 @@ class Registry(Generic[T]):
         return decorate
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return isinstance(name, str) and name in self._entries  # a mapping given for a name is no name, not a crash
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))
@@ -54,7 +54,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The object for `name`; an unknown name is a UserError naming the closest choice."""
-        if name not in self._entries:
+        if name not in self:
             raise UserError(unknown_name(self.what, name, self._entries))
         entry = self._entries[name]
         if isinstance(entry, str):

@@ -16,6 +16,7 @@ from tune_runner.algos.config_checks import (
     check_finite,
     check_integer,
     check_model,
+    check_network,
     check_positive,
     check_schedule,
     check_sde,
@@ -192,7 +193,7 @@ class PPOConfig(LearnerConfig, PPOSettings):
     from_dict_aliases = {"lambda": "lambda_"}
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        check_network(self)
         self._check_model()
         check_schedule(self, "lr")
         check_vector_env(self)
@@ -273,7 +274,7 @@ class DQNConfig(LearnerConfig, DQNSettings):
     population_keys = DQN_POPULATION
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fcnet_hiddens", tuple(int(h) for h in self.fcnet_hiddens))
+        check_network(self)
         self._check_model()
         object.__setattr__(self, "replay_buffer_config", dict(self.replay_buffer_config))
         self._epsilon_from_names()

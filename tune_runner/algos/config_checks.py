@@ -15,13 +15,35 @@ def check_model(name: str, model_config: Mapping[str, Any]) -> None:
     """`tune_runner.algos.networks.check_model`, imported when a config is built: the registered networks need
     torch. The built-in mlp without a model_config (the default) has nothing to check: the checks before a
     search start no torch for it (2-4 s of the driver's CPU)."""
-    from tune_runner.plugins import BUILT_IN_MODEL
+    from tune_runner.plugins import BUILT_IN_MODEL, MODELS
 
+    if not isinstance(name, str):  # `model: {fcnet_hiddens: [16, 16]}`, RLlib's form, reads as a name here
+        raise ValueError(f"{unknown_name('model', name, MODELS)}; model is the name of a registered network, and "
+                         f"the built-in mlp's sizes are settings of their own, e.g. fcnet_hiddens: [64, 64] beside "
+                         f"it")
     if name == BUILT_IN_MODEL and not model_config:
         return
     from tune_runner.algos.networks import check_model as check
 
     check(name, model_config)
+
+
+ACTIVATIONS = ("elu", "relu", "silu", "tanh")
+"""The names of tune_runner.tune_rl_policy.ACTIVATIONS (which imports torch), checked here before a trial starts."""
+
+
+def check_network(config: Any) -> None:
+    """fcnet_hiddens is a list of whole layer sizes >= 1 (kept as a tuple), fcnet_activation one of ACTIVATIONS by
+    name: a mapping or a number there is named with its setting, not met as "unhashable" or "not iterable"."""
+    name, sizes = type(config).__name__, config.fcnet_hiddens
+    whole = isinstance(sizes, (list, tuple)) and all(
+        isinstance(h, Real) and not isinstance(h, bool) and math.isfinite(h) and h == int(h) and h >= 1 for h in sizes)
+    if not whole:
+        raise ValueError(f"{name}.fcnet_hiddens must be a list of layer sizes like [64, 64], got "
+                         f"fcnet_hiddens={sizes!r}")
+    object.__setattr__(config, "fcnet_hiddens", tuple(int(h) for h in sizes))
+    if config.fcnet_activation not in ACTIVATIONS:  # a tuple's `in`: a list or a mapping simply is not in it
+        raise ValueError(unknown_name(f"{name}.fcnet_activation", config.fcnet_activation, ACTIVATIONS))
 
 
 def check_sde(config: Any) -> None:

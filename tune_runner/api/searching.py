@@ -22,7 +22,7 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
            storage: str | Path | None = None, mlflow_uri: str | None = None, num_samples: int | None = None,
            searcher: str | None = None, scheduler: str | None = None, max_concurrent: int | None = None,
            max_failures: int | None = None, export: bool = True, reevaluate: bool = True, top: int | None = None,
-           seeds: int | None = None, register_model: str | None = None, plugins: Iterable[str | Path] = (),
+           seeds: int | None = None, register_model: str | None = None, plugins: Iterable[str | Path] | bool = (),
            cpus_per_trial: float | None = None, gpus_per_trial: float | None = None, num_cpus: int | None = None,
            num_gpus: float | None = None, gpu: str | None = None, address: str | None = None, verbose: bool = False,
            seeds_per_trial: int | None = None, seed_aggregate: str | None = None,
@@ -30,9 +30,9 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
     """Run a search over `space` (a shipped space's name or a YAML path) to its end, as `tune-rl search`.
 
     `overrides` are `--set`s: {"budget": 50000, "lr": 3.0e-4} or ["budget=50000"]. `reevaluate=False` is
-    --no-reevaluate, `top` is --reevaluate K. Raises AllTrialsFailed when every trial errored, Interrupted
-    when stopped with its state saved (both carry the result), and UserError (SpecError, NotFound) for bad
-    input, before Ray starts."""
+    --no-reevaluate, `top` is --reevaluate K, `plugins=False` --no-plugins. Raises AllTrialsFailed when every
+    trial errored, Interrupted when stopped with its state saved (both carry the result), and UserError
+    (SpecError, NotFound) for bad input, before Ray starts."""
     storage, name = storage_setting(storage), name_setting(name)
     spec = search_spec(str(space), overrides=overrides, num_samples=num_samples, max_concurrent=max_concurrent,
                        num_cpus=num_cpus, top=top, seeds=seeds, max_failures=max_failures, searcher=searcher,
@@ -56,7 +56,8 @@ def search(space: str | Path, *, overrides: Overrides = None, name: str | None =
 def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | None = None,
                 max_concurrent: int | None = None, num_cpus: int | None = None, top: int | None = None,
                 seeds: int | None = None, max_failures: int | None = None, searcher: str | None = None,
-                scheduler: str | None = None, plugins: Iterable[str | Path] = (), seeds_per_trial: int | None = None,
+                scheduler: str | None = None, plugins: Iterable[str | Path] | bool = (),
+                seeds_per_trial: int | None = None,
                 seed_aggregate: str | None = None, configs_per_trial: int | None = None) -> Any:
     """The space with the search's settings applied, checked in the order `tune-rl search` checks its flags."""
     from tune_runner.spec.experiment import Component
@@ -87,11 +88,15 @@ def search_spec(space: str, *, overrides: Overrides = None, num_samples: int | N
         changes["searcher"] = Component(searcher, kept)
     if scheduler:
         changes["scheduler"] = Component(scheduler)
+    if plugins is False or plugins is True:  # True: as the default, the space's plug-ins and ./envs/
+        from tune_runner.tuning.preflight import without_plugins
+
+        return without_plugins(spec.with_overrides(**changes)) if plugins is False else spec.with_overrides(**changes)
     plugins = [str(p) for p in plugins]
     if plugins:
         from tune_runner.plugins import load_plugins
 
-        load_plugins(plugins)  # a bad path is named with its flag, before the space's own plugins
+        load_plugins(plugins, discover=spec.discover_plugins)  # a bad path named with its flag, before the space's
         changes["plugins"] = spec.plugins + tuple(str(Path(p).expanduser().resolve()) for p in plugins)
     return spec.with_overrides(**changes)
 
@@ -132,9 +137,11 @@ def set_items(overrides: Overrides) -> list[str]:
 
 
 def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: str | None = None,
-           num_cpus: int | None = None, verbose: bool = False, out: TextIO | None = None) -> SearchResult:
+           num_cpus: int | None = None, verbose: bool = False, plugins: bool = True,
+           out: TextIO | None = None) -> SearchResult:
     """Continue the interrupted search `name` (under `storage`, or a folder) to its end, as `tune-rl resume`,
-    with the options it was started with. A search that finished already is returned as it stands."""
+    with the options it was started with. A search that finished already is returned as it stands.
+    `plugins=False` is --no-plugins: refused where the search imported plug-in files."""
     from tune_runner.tuning import resume as saved
 
     out = out or sys.stdout
@@ -147,6 +154,10 @@ def resume(name: str | Path, *, storage: str | Path | None = None, mlflow_uri: s
               f"{', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}); nothing to resume", file=out)
         return _finished(folder, counts)
     spec = saved.read_spec(folder)
+    if not plugins:
+        from tune_runner.tuning.preflight import without_plugins
+
+        spec = without_plugins(spec, whose=f"search {folder.name} (resumed)")
     run = saved.read_run(folder)
     fields = saved.continued(run, folder=folder, where=storage, mlflow_uri=mlflow_uri, num_cpus=num_cpus)
     saved.check_tune_state(fields["storage"], folder)

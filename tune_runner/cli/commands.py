@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from tune_runner import api
-from tune_runner.cli.options import positive, ray_settings
+from tune_runner.cli.options import plugins_setting, positive, ray_settings
 from tune_runner.cli.parser import search_argv
 from tune_runner.errors import ExitStatus, SearchEnded, UserError
 
@@ -30,7 +30,7 @@ def _spec_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The `search` (and `submit`) flags that shape the spec, as the API's keywords."""
     return {"overrides": args.overrides, "num_samples": args.num_samples, "max_concurrent": args.max_concurrent,
             "top": args.reevaluate, "seeds": args.seeds, "max_failures": args.max_failures,
-            "searcher": args.searcher, "scheduler": args.scheduler, "plugins": args.plugins,
+            "searcher": args.searcher, "scheduler": args.scheduler, "plugins": plugins_setting(args),
             "seeds_per_trial": args.seeds_per_trial, "seed_aggregate": args.seed_aggregate,
             "configs_per_trial": args.configs_per_trial}
 
@@ -47,7 +47,8 @@ def _searched(run: Callable[[], Any]) -> int:
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return _searched(lambda: api.resume(args.name, storage=args.storage, mlflow_uri=args.mlflow_uri,
-                                        num_cpus=args.num_cpus, verbose=args.verbose, out=out))
+                                        num_cpus=args.num_cpus, verbose=args.verbose,
+                                        plugins=not args.no_plugins, out=out))
 
 
 def cmd_sync(args: argparse.Namespace, out: TextIO) -> int:
@@ -82,7 +83,7 @@ def _resume_args(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(f"{flag}: a resumed search keeps the space and options it was started with (saved "
                             f"beside its results); drop {flag} and run: {again}")
     return argparse.Namespace(name=args.resume, storage=args.storage, mlflow_uri=args.mlflow_uri,
-                              num_cpus=args.num_cpus, verbose=args.verbose)
+                              num_cpus=args.num_cpus, verbose=args.verbose, no_plugins=args.no_plugins)
 
 
 def _search_spec(args: argparse.Namespace, *, command: str = "search") -> Any:

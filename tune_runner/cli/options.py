@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from tune_runner.api.checks import check_run_settings, positive  # noqa: F401 - positive: for the commands
+from tune_runner.errors import UserError
 
 RAY_FLAGS = ("address", "num_cpus", "num_gpus", "cpus_per_trial", "gpus_per_trial", "gpu")
 
@@ -31,3 +32,10 @@ def check_run_flags(args: argparse.Namespace) -> str | None:
     """The flags of a run that need no Ray checked (--gpu applied); the --address given, if any."""
     return check_run_settings(**ray_settings(args))
 
+
+def plugins_setting(args: argparse.Namespace) -> list[str] | bool:
+    """--plugins PATH... as a list, --no-plugins as False (the API's `plugins`); both at once are refused."""
+    if args.no_plugins and args.plugins:
+        raise UserError(f"--no-plugins: --plugins {args.plugins[0]} asks to import a plug-in, --no-plugins to import "
+                        f"none; drop one of them")
+    return False if args.no_plugins else args.plugins

@@ -116,6 +116,9 @@ def _run_flags(parser: argparse.ArgumentParser, *, storage: Any = _storage) -> N
     parser.add_argument("--plugins", action="append", default=[], metavar="PATH",
                         help="a .py file or folder registering envs, models or agents (repeatable; "
                              "./envs/ is read anyway)")
+    parser.add_argument("--no-plugins", action="store_true",
+                        help="import no plug-in: not ./envs/, and refuse a space file that names plug-in files "
+                             "(its plugins: are code it runs)")
     parser.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
 
@@ -300,6 +303,8 @@ def _resume_parser(sub: Any) -> None:
     resume.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password "
                                              "or token is not saved (default: the saved one)")
     resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: as the search was started)")
+    resume.add_argument("--no-plugins", action="store_true",
+                        help="import no plug-in: not ./envs/; refused where the search imported plug-in files")
     resume.add_argument("--verbose", action="store_true", help="show Ray's and the trials' own logs")
 
 

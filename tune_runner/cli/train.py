@@ -35,7 +35,7 @@ FLAG_KEYS = {"num_envs_per_worker": "num_envs_per_env_runner", "num_workers": re
 
 def scan(argv: Sequence[str]) -> dict[str, Any]:
     """The flags that decide which options exist (--agent_name, --model_name, --plugins), read before parsing."""
-    found: dict[str, Any] = {"plugins": []}
+    found: dict[str, Any] = {"plugins": [], "discover": "--no-plugins" not in argv}
     names = {"--agent_name": "agent", "--agent-name": "agent", "--model_name": "model", "--model-name": "model",
              "--plugins": "plugins"}
     for i, word in enumerate(argv):
@@ -108,7 +108,8 @@ def _add_options(parser: argparse.ArgumentParser, chosen: dict[str, Any]) -> Non
 
         known = (None, SEED_AGENT, *ours(), BUILT_IN_MODEL)  # names whose options need no plug-in file (ours)
         if chosen["plugins"] or chosen.get("agent") not in known or chosen.get("model") not in known:
-            load_plugins(chosen["plugins"], shipped=False)  # a user's agent or model: its file declares them
+            # a user's agent or model: its file declares them
+            load_plugins(chosen["plugins"], shipped=False, discover=chosen["discover"])
         agent, model, _ = seed_names(chosen.get("agent"), chosen.get("model"))
         if not agents.is_agent(agent):
             return  # prepare() names the unknown agent with its did-you-mean
@@ -218,6 +219,7 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> tuple[Any, Backend
     its trainable where --agent_name was resolved to name the flag in an error (None: prepare resolves it)."""
     from tune_runner.results import export
     from tune_runner.spec.experiment import build_spec, parse_override
+    from tune_runner.tuning.preflight import without_plugins
 
     agent, model = _agent_and_model(args, out)
     fixed = _fixed_from_flags(args, agent=agent, model=model)
@@ -231,13 +233,14 @@ def spec_from_flags(args: argparse.Namespace, out: TextIO) -> tuple[Any, Backend
         spec = export.load(Path(args.config), overrides=fixed)
         changes = {k: v for k, v in (("env", env), ("trainable", args.agent_name and agent)) if v}
         changes.update(_run_settings(spec, top, env=env))
-        return spec.with_overrides(**changes, budget_env_steps=budget or spec.budget_env_steps,
-                                   plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins)), None
+        spec = spec.with_overrides(**changes, budget_env_steps=budget or spec.budget_env_steps,
+                                   plugins=spec.plugins + tuple(str(Path(p).resolve()) for p in args.plugins))
+        return (without_plugins(spec) if args.no_plugins else spec), None
     if not env:
         raise UserError("train: give --env_name ENV (a gymnasium id or a registered env), or --config BUNDLE")
     record = _check_names(agent=agent, env=env)
     raw = {"trainable": agent, "env": env, "budget": {"env_steps": budget or DEFAULT_BUDGET},
-           "fixed": fixed, "reevaluate": False, "plugins": list(args.plugins),
+           "fixed": fixed, "reevaluate": False, "plugins": False if args.no_plugins else list(args.plugins),
            **{k: v for k, v in top.items() if k != "env_config"},
            **({"env_config": top["env_config"]} if "env_config" in top else {})}
     name = f"{agent}-{args.env_name}".replace("/", "-")  # the experiment's folder: rllib/PPO, phys2d/CartPole-v1
@@ -251,7 +254,16 @@ TOP_LEVEL_SETS = ("env", "stop_at", "metric", "mode", *reserved.SEED_KEYS)
 def _top_level_sets(fixed: dict[str, Any]) -> dict[str, Any]:
     """The `--set` items that are the run's own settings, taken out of `fixed` (where they would reach the
     trial's config as learner settings): TOP_LEVEL_SETS, and env_config.X as {"env_config": {...}}."""
+    from tune_runner.spec.top_level import TOP_KEYS
+
     top = {key: fixed.pop(key) for key in TOP_LEVEL_SETS if key in fixed}
+    if "trainable" in fixed:
+        raise UserError(f"--set trainable={fixed['trainable']}: a run's trainable is its --agent_name; give "
+                        f"--agent_name {fixed['trainable']}")
+    for key in TOP_KEYS:  # a search's own setting (num_samples, searcher, ...): not the learner's, and no search here
+        if key in fixed and key != "env_config":
+            raise UserError(f"--set {key}={fixed[key]}: {key} is a setting of a search (tune-rl search), not of "
+                            f"one training run; drop it")
     env_config = {key.removeprefix(reserved.PREFIX): fixed.pop(key) for key in list(fixed)
                   if key.startswith(reserved.PREFIX)}
     if env_config:
@@ -354,7 +366,7 @@ def _fixed_from_flags(args: argparse.Namespace, *, agent: str, model: str | None
 
 def command(args: argparse.Namespace, out: TextIO) -> int:
     """Run `tune-rl train`."""
-    from tune_runner.cli.options import positive, run_options
+    from tune_runner.cli.options import plugins_setting, positive, run_options
     from tune_runner.plugins import load_plugins
     from tune_runner.tuning import runner
 
@@ -362,7 +374,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
         positive(f"--{flag}", getattr(args, flag))
     if args.num_workers is not None and args.num_workers < 0:
         raise UserError(f"--num_workers {args.num_workers}: must be 0 or more")
-    load_plugins(args.plugins)
+    load_plugins(args.plugins, discover=plugins_setting(args) is not False)
     spec, record = spec_from_flags(args, out)
     outcome = runner.run(spec, run_options(args, export=False, reevaluate=False), out=out, suffix="train",
                          record=record)

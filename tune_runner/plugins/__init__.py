@@ -63,6 +63,7 @@ MODELS.register("cnn", "tune_runner.algos.networks:CNN")  # our learners' choice
 # Our own learners are agents too: tune_runner.algos.records registers each (its record and its class here) when
 # imported, which every reader of AGENTS in tune_runner does first (a test's snapshot of AGENTS: tests/conftest.py).
 
+_DISCOVERY = {"on": True}  # set_discovery's; a module-level switch: ensure_gym_id, deep in an env's build, asks it too
 _BY_VALUE: set[str] = set()  # plug-in modules to pickle by value (their files are not on the workers), not yet told
 
 
@@ -100,7 +101,7 @@ def ensure_gym_id(env_id: str) -> bool:
     register_namespace(env_id)
     if env_id in gym.registry:
         return True
-    load_plugins()
+    load_plugins()  # ./envs/ where discovery is on (set_discovery)
     if env_id in gym.registry:
         return True
     creator = ray_env_creator(env_id)
@@ -137,8 +138,14 @@ def _recorder(registry: Registry[Any], name: str) -> Callable[[T], T]:
 # ---------------------------------------------------------------------------- plug-in files
 
 
+def set_discovery(on: bool) -> None:
+    """Whether `load_plugins` imports the working folder's `envs/` unasked (on by default), for the rest of this
+    process: off for --no-plugins and a space's `plugins: false`, where no code but the files named may run."""
+    _DISCOVERY["on"] = on
+
+
 def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.PathLike[str] | None = None,
-                 shipped: bool = True) -> list[Path]:
+                 shipped: bool = True, discover: bool | None = None) -> list[Path]:
     """Import the shipped envs, `<cwd>/envs/*.py` and each of `paths`; once each, so calling again is cheap.
 
     A path is a .py file or a folder (its .py files, and its subfolders'; names starting with
@@ -146,7 +153,8 @@ def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.
     absolute paths of the user files (not the shipped ones), for a trial process to load
     again. A missing path, a non-.py file or a file that raises is a one-line UserError.
     `shipped=False` leaves out our envs (they register envs only, and one imports Ray): what
-    a user's agent and model options need. Nothing is sent to Ray here (see `ship_to_ray`).
+    a user's agent and model options need. `discover=False` (default: set_discovery's) leaves out
+    `<cwd>/envs`. Nothing is sent to Ray here (see `ship_to_ray`).
     """
     base = Path(os.getcwd() if cwd is None else cwd)
     ours = tune_paths.shipped("envs").resolve()
@@ -155,7 +163,7 @@ def load_plugins(paths: Iterable[str | os.PathLike[str]] = (), *, cwd: str | os.
                    module_name=f"{SHIPPED_PACKAGE}.{file.stem}", by_value=False)
     loaded: list[Path] = []
     local = base / "envs"
-    if local.is_dir() and local.resolve() != ours:
+    if (_DISCOVERY["on"] if discover is None else discover) and local.is_dir() and local.resolve() != ours:
         loaded += [_load_user_file(file, label=str(file.relative_to(base))) for file in _python_files(local)]
     for given in paths:
         loaded += [_load_user_file(file, label=f"--plugins {shown}") for file, shown in _expand(given, base=base)]

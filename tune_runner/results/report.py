@@ -64,8 +64,11 @@ def read_verdict(folder: Path) -> dict[str, Any] | None:
 
 
 def verdict_fix(folder: Path) -> str:
-    """How to mend a damaged reevaluation.json of the search in `folder`."""
-    return f"delete it, or run tune-rl best {folder.name} --reevaluate K again"
+    """How to mend a damaged reevaluation.json of the search in `folder`: the command with the --storage it needs."""
+    from tune_runner.hints import search_command, storage_flag
+
+    again = search_command("best", folder.name, "--reevaluate", "2", flags=storage_flag(folder.parent))
+    return f"delete it, or re-evaluate the top configs again: {again}"
 
 
 def _figure(width: float = 9, height: float = 5.5) -> Any:

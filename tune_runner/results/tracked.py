@@ -203,7 +203,9 @@ def _first_line(exc: Exception) -> str:
 
 def _folder_hint(run: Any) -> str:
     path = run.data.tags.get("tune_rl.experiment_path")
-    return f"tune-rl best {path}" if path else "tune-rl best <its results folder>"
+    from tune_runner.hints import printed
+
+    return printed(["tune-rl", "best", path]) if path else "tune-rl best <its results folder>"
 
 
 def _spec(client: Any, run: Any, shown: str) -> ExperimentSpec:

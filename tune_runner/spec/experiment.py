@@ -20,6 +20,7 @@ from tune_runner import paths
 from tune_runner.errors import NotFound, UserError, unknown_name
 from tune_runner.files import DuplicateKeyError, load_yaml_text, read_yaml_mapping
 from tune_runner.spec import reserved, seed_keys
+from tune_runner.spec.places import check_places, drop_replaced
 from tune_runner.spec.search_space import Param, _short, parse_space
 from tune_runner.spec.tier import Tier, read_tier
 from tune_runner.spec.top_level import (
@@ -71,6 +72,8 @@ class ExperimentSpec:
     reevaluate: bool | dict = True
     plugins: tuple[str, ...] = ()
     """Plugin files (absolute) that register this search's envs, models and agents; every trial imports them."""
+    discover_plugins: bool = True
+    """Whether the working folder's envs/ is imported unasked; false with `plugins: false` or --no-plugins."""
     seeds_per_trial: int = 1
     """Seeds of its config each trial trains as one batched learner (tune_runner.spec.seed_keys)."""
     seed_aggregate: str = seed_keys.DEFAULT_AGGREGATE
@@ -169,7 +172,8 @@ class ExperimentSpec:
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
             "scheduler": {"name": self.scheduler.name, **self.scheduler.settings},
             "num_samples": self.num_samples, "max_concurrent": self.max_concurrent,
-            "reevaluate": self.reevaluate, "fixed": self.fixed, "plugins": list(self.plugins),
+            "reevaluate": self.reevaluate, "fixed": self.fixed,
+            "plugins": list(self.plugins) if self.plugins or self.discover_plugins else False,
             "space": {p.name: p.as_raw() for p in self.space},
             **seeds, **self.tier.as_dict(),
         }
@@ -215,12 +219,14 @@ def load_spec(ref: str, *, overrides: Iterable[str] = ()) -> ExperimentSpec:
     """Load a space by name or path, apply `--set key=value` overrides, validate."""
     path = resolve_space(ref)
     raw = read_yaml_mapping(path, expected="a mapping of settings at the top level")
+    check_places(raw, where=str(path))
     overrides = list(overrides)
     chosen, set_keys = raw.get("trainable"), set()
     for item in overrides:
         key, value = parse_override(item)
         chosen = value if key == "trainable" else chosen
         set_keys.add(key)
+    check_other_backends(raw, chosen, name=path.stem, where=str(path))
     raw = apply_backend(raw, chosen, where=str(path))
     target = (raw.get("env"), raw.get("stop_at"))
     for item in overrides:
@@ -260,6 +266,18 @@ def env_reward_threshold(env_id: str) -> float | None:
     return float(threshold) if isinstance(threshold, (int, float)) else None
 
 
+def check_other_backends(raw: dict, trainable: Any, *, name: str, where: str) -> None:
+    """Validate the space as each backend section not chosen would make it: a value is checked wherever it stands,
+    not only once its trainable is chosen. An error names the section: `s.yaml: backends.rllib/PPO: ...`."""
+    sections = raw.get("backends")
+    if not isinstance(sections, dict):
+        return  # apply_backend says what is wrong with it
+    for other in sections:
+        if other != trainable:
+            section = f"{where}: backends.{other}"
+            build_spec(apply_backend(copy.deepcopy(raw), other, where=where), name=name, source=section)
+
+
 def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
     """Merge the `backends:` section for the chosen trainable into the space (then drop the section).
 
@@ -267,6 +285,10 @@ def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
         fixed: {num_envs_per_env_runner: 32}
         backends:
           rllib/PPO: {budget: {env_steps: 50000}, fixed: {num_envs_per_env_runner: 8}}
+
+    The section's values replace the top level's wherever they stand: a key it fixes is no longer searched, a key
+    it searches no longer fixed, an env_config key it sets no longer fixed as env_config.KEY (spec.places; within
+    one section, as within the top level, a value is given once).
     """
     sections = raw.pop("backends", None)
     if sections is None:
@@ -276,14 +298,13 @@ def apply_backend(raw: dict, trainable: Any, *, where: str) -> dict:
                         f"got {_short(sections)}")
     section = sections.get(trainable) or {}
     merged = copy.deepcopy(raw)
-    for key, value in section.items():
+    for key in section:
         if key not in TOP_KEYS or key in ("trainable", "backends"):
             raise UserError(f"{where}: backends.{trainable}.{key}: not allowed in a backend section")
-        if key in MERGED and isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-            if key == "fixed" and isinstance(merged.get("space"), dict):
-                for name in value:  # a value fixed for this backend is no longer searched
-                    merged["space"].pop(name, None)
+    drop_replaced(merged, section)  # a value fixed for this backend is no longer searched, and the other way round
+    for key, value in section.items():
+        if key in MERGED and isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
+            merged[key] = {**merged.get(key, {}), **value}
         else:
             merged[key] = value
     return merged
@@ -324,8 +345,9 @@ def apply_override(raw: dict, item: str) -> None:
         raw.setdefault("env_config", {})
         if isinstance(raw["env_config"], dict):
             raw["env_config"][key.removeprefix(reserved.PREFIX)] = value
-        if isinstance(raw.get("space"), dict):
-            raw["space"].pop(key, None)
+        for section in ("space", "fixed"):  # the --set value replaces the file's, wherever that stands
+            if isinstance(raw.get(section), dict):
+                raw[section].pop(key, None)
     elif key in TOP_KEYS and key not in ("fixed", "space", "env_config"):
         raw[key] = value
     else:
@@ -342,16 +364,19 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
     """Validate a parsed space mapping into an ExperimentSpec."""
     where = source
     check_top_keys(raw, where=where)
+    check_places(raw, where=where)
     mode = typed(raw, "mode", str, where, default="max")
     if mode not in ("max", "min"):
         raise UserError(f"{where}: mode: must be 'max' or 'min', got {mode!r}")
     fixed = typed(raw, "fixed", dict, where, default={})
     space = parse_space(raw.get("space"), where=where, fixed=fixed)
-    for key in reserved.TOP_LEVEL:
+    for key in TOP_KEYS:  # a setting of the search, not of the trainable: read at the top level only
         if key in fixed or key in {p.name for p in space}:
             search = "; search one of its keys as space: {env_config.NAME: {choice: [...]}}" \
                 if key == "env_config" else ""
-            raise UserError(f"{where}: {key}: set it at the top level of the file, not under fixed/space{search}")
+            section = "fixed" if key in fixed else "space"
+            raise UserError(f"{where}: {section}.{key}: set it at the top level of the file, not under "
+                            f"fixed/space{search}")
     return ExperimentSpec(
         name=name, source=source, source_sha256=sha256,
         description=typed(raw, "description", str, where, default=""),
@@ -373,7 +398,8 @@ def build_spec(raw: dict, *, name: str, source: str, sha256: str = "") -> Experi
         fixed=fixed,
         space=space,
         reevaluate=reevaluate_setting(raw.get("reevaluate", True), where),
-        plugins=plugin_paths(raw.get("plugins", []), where),
+        plugins=plugin_paths(raw.get("plugins", []), where) or (),
+        discover_plugins=raw.get("plugins") is not False,
         tier=read_tier(raw, where),
     )
 

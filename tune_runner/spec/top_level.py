@@ -32,11 +32,15 @@ def check_top_keys(raw: dict, *, where: str) -> None:
                             f"{', '.join(REQUIRED)} (see tune-rl spaces show ppo_small)")
 
 
-def plugin_paths(value: Any, where: str) -> tuple[str, ...]:
-    """`plugins:` as absolute paths; relative ones are relative to the space file's folder."""
+def plugin_paths(value: Any, where: str) -> tuple[str, ...] | None:
+    """`plugins:` as absolute paths; relative ones are relative to the space file's folder. None for `plugins:
+    false`: no plug-in imported, not even the working folder's envs/."""
+    if value is False:
+        return None
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
-        raise UserError(f"{where}: plugins: expected a list of .py files or folders, got {_short(value)}")
+        raise UserError(f"{where}: plugins: expected a list of .py files or folders, or false (import none, not "
+                        f"even ./envs/), got {_short(value)}")
     base = Path(where).parent if Path(where).is_file() else Path.cwd()
     return tuple(str((base / Path(v).expanduser()).resolve()) for v in items)
 

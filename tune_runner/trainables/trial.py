@@ -96,7 +96,7 @@ def load_trial_plugins(config: dict[str, Any]) -> None:
     if paths:
         from tune_runner.plugins import load_plugins, ship_to_ray
 
-        load_plugins(paths)
+        load_plugins(paths, discover=False)  # the driver's list is whole: ./envs/ files it imported are on it
         ship_to_ray()  # RLlib's env runners look the env up in Ray Tune's registry
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TextIO
 
 from tune_runner import storage
+from tune_runner.hints import printed
 from tune_runner.results import analysis
 from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import uri as mlflow_uri
@@ -17,6 +19,17 @@ def header(spec: ExperimentSpec, name: str, out: TextIO) -> None:
           f"searcher {spec.searcher.name}, scheduler {spec.scheduler.name}",
           file=out)
     print(f"  searching {searched}", file=out, flush=True)
+    if spec.plugins or not spec.discover_plugins:  # code that runs is named: ./envs/ and plugins: import unasked
+        files = ", ".join(_shown(path) for path in spec.plugins) or "none (--no-plugins or plugins: false)"
+        print(f"  plug-ins  {files}", file=out, flush=True)
+
+
+def _shown(path: str) -> str:
+    """A plug-in file as the header names it: relative to the working folder where it lies below it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _stop_at(spec: ExperimentSpec) -> str:
@@ -63,7 +76,8 @@ def where_to_look(uri: str) -> str:
 
     if uri.startswith(("http://", "https://")):
         return "open it in a browser"
-    return "see it: tune-rl dashboard" + ("" if uri == default_mlflow_uri() else f" --mlflow-uri {uri}")
+    flag = [] if uri == default_mlflow_uri() else ["--mlflow-uri", mlflow_uri.redacted(uri)]  # no password shown
+    return f"see it: {printed(['tune-rl', 'dashboard', *flag])}"
 
 
 def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str, model: Any, out: TextIO) -> None:
@@ -94,5 +108,6 @@ def summary(spec: ExperimentSpec, outcome: Any, options: Any, *, mlflow_run: str
           f"{where_to_look(options.mlflow_uri)})", file=out)
     print(f"model      {model.note}", file=out)
     if outcome.export_path is not None:
-        print(f"exported   {outcome.export_path}  (re-run: tune-rl train --config {outcome.export_path})", file=out)
+        rerun = printed(["tune-rl", "train", "--config", str(outcome.export_path)])
+        print(f"exported   {outcome.export_path}  (re-run: {rerun})", file=out)
     out.flush()

@@ -84,13 +84,24 @@ def with_plugins(spec: ExperimentSpec) -> ExperimentSpec:
 
 def _load_plugins(spec: ExperimentSpec) -> ExperimentSpec:
     """`with_plugins` without Ray: the files imported (each once per process), their envs not yet sent."""
-    from tune_runner.plugins import load_plugins
+    from tune_runner.plugins import load_plugins, set_discovery
 
+    set_discovery(spec.discover_plugins)  # for this command: an env built later (ensure_gym_id) asks it too
     try:
         loaded = load_plugins(spec.plugins)
     except UserError as exc:
         raise UserError(f"{spec.source}: plugins: {str(exc).removeprefix('--plugins ')}") from None
     return replace(spec, plugins=tuple(map(str, loaded)))  # files: a folder given is expanded
+
+
+def without_plugins(spec: ExperimentSpec, *, whose: str = "") -> ExperimentSpec:
+    """The spec under --no-plugins: no plug-in imported, not even the working folder's envs/. A space (or a
+    resumed search) that names plug-in files cannot run without them: refused, naming them, to be read first."""
+    if spec.plugins:
+        shown = ", ".join(spec.plugins)
+        raise UserError(f"--no-plugins: {whose or spec.source} names plug-in files, code the search would import "
+                        f"({shown}); read them, then run without --no-plugins")
+    return replace(spec, discover_plugins=False)
 
 
 @raised_as(SpecError)  # what it refuses is the space (or an override of it), as the Python API promises
@@ -118,7 +129,7 @@ def prepare(spec: ExperimentSpec, *, storage: Path | None = None, record: Backen
     check_metric(spec, trainable)
     problem = _check_space_corners(spec, trainable)
     if problem:
-        raise UserError(f"{where}: {spec.trainable} rejects this config: {problem}")
+        raise UserError(f"{where}: {problem[0]}{spec.trainable} rejects this config: {problem[1]}")
     kind, scheduler_type, _ = schedulers.scheduler_type(spec.scheduler, where=where)
     searcher_type = searchers.searcher_type(spec.searcher, where=where)
     check_combination(spec, trainable, kind, scheduler_type, searcher_type)
@@ -259,17 +270,28 @@ def check_combination(spec: ExperimentSpec, trainable: Backend, kind: str, sched
                         f"checkpoint; use asha, median or fifo, or a trainable with checkpoints")
 
 
-def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> str | None:
-    """The backend's own validation on one sample of the space, then on each parameter's extremes."""
+def _check_space_corners(spec: ExperimentSpec, trainable: Backend) -> tuple[str, str] | None:
+    """The backend's own validation on one sample of the space, then on each parameter's extremes: None, or
+    where the refused value stands (`fixed.model: `, `space.lr = 2: `, or "" where no one value is to blame)
+    and the backend's words."""
 
     base = {**spec.fixed, **{p.name: p.example() for p in spec.space}, "env": spec.env, "env_config": spec.env_config,
             **({reserved.SEEDS_KEY: spec.seeds_per_trial} if spec.seeds_per_trial > 1 else {})}
-    candidates = [base] + [{**base, **activating(p, spec.space), p.name: value}
-                           for p in spec.space for value in p.extremes()]
-    for config in candidates:
-        problem = trainable.check_config(prune(config, spec.space))  # as a trial gets it: no inactive parameter
-        if problem:
-            return problem
+
+    def check(config: dict[str, Any]) -> str | None:
+        return trainable.check_config(prune(config, spec.space))  # as a trial gets it: no inactive parameter
+
+    problem = check(base)
+    if problem:  # the fixed (or searched) value without which the sample passes is the one refused
+        places = [f"fixed.{key}" for key in spec.fixed] + [f"space.{name}" for name in spec.searched]
+        blamed = next((place for place in places
+                       if not check({k: v for k, v in base.items() if k != place.partition(".")[2]})), None)
+        return (f"{blamed}: " if blamed else "", problem)
+    for param in spec.space:
+        for value in param.extremes():
+            problem = check({**base, **activating(param, spec.space), param.name: value})
+            if problem:
+                return f"space.{param.name} = {value!r}: ", problem
     return None
 
 

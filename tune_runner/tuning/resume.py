@@ -9,13 +9,13 @@ store). No secret is written: a password or token in a URI is saved as *** and m
 
 from __future__ import annotations
 
-import shlex
 import uuid
 from pathlib import Path
 from typing import Any
 
 from tune_runner import paths, storage
 from tune_runner.errors import NotFound, UserError
+from tune_runner.hints import HIDDEN, search_command, storage_flag
 from tune_runner.paths import FINISHED_MARK, RUN_FILE, SPEC_FILE
 from tune_runner.spec import saved
 from tune_runner.spec.saved import KEPT, absolute_uri
@@ -25,7 +25,6 @@ from tune_runner.tracking.uri import redacted
 save, mark_finished, finished = saved.save, saved.mark_finished, saved.finished
 read_spec, saved_spec, read_run = saved.read_spec, saved.saved_spec, saved.read_run
 
-HIDDEN = "***"  # what redacted() writes in place of a secret
 
 
 def new_search_id() -> str:
@@ -122,18 +121,14 @@ def command(name: str, *, storage: storage.Storage | None = None, mlflow_uri: st
     saved without its secret (shown as ***, with a note to put it back). `python`: as a tune_runner.resume
     call instead, with the same settings. `verb`: `sync` for the command that writes a search's spooled MLflow
     calls (tracking.spool), which finds the search and its store the same way."""
-    given: dict[str, str] = {}
-    if storage is not None and storage != paths.default_storage():
-        given["storage"] = redacted(str(storage))
+    given = storage_flag(storage)
     if mlflow_uri is not None:
         unsaved = not saved and absolute_uri(mlflow_uri) != paths.default_mlflow_uri()
         if unsaved or HIDDEN in redacted(mlflow_uri):  # a secret: given again, or saved as ***
             given["mlflow_uri"] = redacted(mlflow_uri)
     if python:
         return f"tune_runner.resume({', '.join([repr(name), *(f'{k}={v!r}' for k, v in given.items())])})"
-    words = ["tune-rl", verb, name, *(w for k, v in given.items() for w in (f"--{k.replace('_', '-')}", v))]
-    line = " ".join(shlex.quote(word) for word in words)
-    return line + f"  # put the secret back in place of {HIDDEN}" if HIDDEN in line else line
+    return search_command(verb, name, flags=given)
 
 
 def run_command(name: str, options: Any, *, python: bool = False, verb: str = "resume") -> str:
