@@ -3,13 +3,16 @@ diverging trials. The driver runs as a subprocess (its own local Ray) where a si
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -270,3 +273,94 @@ def test_losing_a_worker_node_reschedules_its_trials_from_checkpoints(_isolated_
     assert all(t.last_result["node_id"] != report["worker_id"] for t in trials)  # all ended on the head
     lost = assert_finished_without_restarts(exp, 3)
     print(f"\nnode loss: trials on the worker before: {report['trials_on_worker_before']}; env steps re-run: {lost}")
+
+
+def test_a_killed_gcs_ends_the_search_at_once_with_the_command_that_continues_it(ray_session, cli, _isolated_home,
+                                                                                  tmp_path):
+    """SIGKILL to the local Ray's GCS under a search (as the OOM killer might): Ray's driver would wait 60 s and
+    exit 1 with its own C++ log line. The driver says at once which part of Ray died and how to continue, exits 1,
+    leaves no Ray process, and that command, run as printed, finishes the search."""
+
+    space = slow_oracle(tmp_path / "g.yaml")
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "kg", "--num-cpus", "2")
+    seen = wait_for(proc, "25%")
+    before = ray_processes(proc.pid)
+    gcs = [pid for pid in before if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(gcs) == 1, before
+    killed = time.monotonic()
+    os.kill(gcs[0], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - killed
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert proc.returncode == 1 and took < 10, (proc.returncode, took, "".join(seen) + out)
+    assert lines[-1].startswith("tune-rl: Ray's GCS (its state of the cluster) died under the search"), lines[-3:]
+    hint = lines[-1].split("continue it with: ", 1)[1]
+    deadline = time.monotonic() + 20
+    while still_running(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert still_running(before) == []
+    words = shlex.split(hint)
+    assert words[:3] == ["tune-rl", "resume", "kg"], hint
+    result = cli(*words[1:])
+    assert result.status == 0, result.out + result.err
+    assert_finished_without_restarts(_isolated_home / "results" / "kg", 3)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 8 MB, as a results folder that fills (mounting needs root: skipped without it)."""
+    folder = Path(tempfile.mkdtemp(prefix="tune-rl-full-"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()[:100]}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("left", [2**20, 0], ids=["1MB-left", "full"])
+def test_a_results_folder_that_fills_stops_the_search_with_what_to_free_and_resume_finishes_it(
+        ray_session, cli, _isolated_home, tmp_path, small_disk, left):
+    """The results folder (a tmpfs) is filled by another file while the search trains, to 1 MB free or to the last
+    block (then a trial's checkpoint or Tune's state finds no space): the search stops at once, in one line naming
+    the folder, its free space and what the search needs, and the command that continues it; no file of the search
+    is left cut short (every JSON, YAML and pickle reads back); once the file is deleted, that command, as
+    printed, finishes the search."""
+    import json
+    import pickle
+
+    storage = small_disk / "results"
+    space = slow_oracle(tmp_path / "d.yaml")
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "dd", "--storage", str(storage),
+                        "--num-cpus", "2")
+    seen = wait_for(proc, "25%")
+    filler = small_disk / "filler"
+    free = shutil.disk_usage(small_disk).free
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        f.write(b"\0" * (free - left))
+        while not left:  # to the last block: the next checkpoint or state the search writes finds no space
+            f.write(b"\0" * 4096)
+    out, _ = proc.communicate(timeout=120)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert proc.returncode == 1, "".join(seen) + out
+    said = next(line for line in lines if line.startswith("tune-rl: "))
+    assert said.startswith(f"tune-rl: {storage / 'dd'}: ") and " free, the search needs about " in said, said
+    exp = storage / "dd"
+    for path in exp.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".yaml", ".pkl"):
+            data = path.read_bytes()
+            try:
+                if path.suffix == ".pkl" or data[:1] == b"\x80":  # Tune's basic-variant-state-*.json is a pickle
+                    pickle.loads(data)  # noqa: S301 - the search's own files
+                elif path.suffix == ".json" and path.name != "result.json":
+                    json.loads(data)
+                elif path.suffix == ".yaml":
+                    yaml.safe_load(data)
+            except Exception as exc:
+                raise AssertionError(f"{path} ({len(data)} bytes) does not read back: {exc!r}") from None
+    filler.unlink()
+    words = shlex.split(said.split("then run: ", 1)[1])
+    assert words[:3] == ["tune-rl", "resume", "dd"], said
+    result = cli(*words[1:])
+    assert result.status == 0, result.out + result.err
+    assert_finished_without_restarts(exp, 3)

@@ -11,7 +11,8 @@ from tune_runner.version import __version__  # noqa: F401 - tune_runner.__versio
 _moved.install()  # the modules' paths before the subpackages (searches started by 0.1.0 pickled them)
 
 API = ("search", "best", "resume", "report", "load_policy", "SearchResult", "BestResult", "ReportResult",
-       "UserError", "SpecError", "NotFound", "SearchEnded", "AllTrialsFailed", "Interrupted", "ExitStatus")
+       "UserError", "SpecError", "NotFound", "SearchEnded", "AllTrialsFailed", "Interrupted", "DiskFull",
+       "ExitStatus")
 
 
 def __getattr__(name: str) -> object:

@@ -51,6 +51,13 @@ class AllTrialsFailed(SearchEnded):
     exit_status = ExitStatus.ALL_TRIALS_FAILED
 
 
+class DiskFull(SearchEnded):
+    """The search stopped, its state saved, because its results folder ran short of space (tuning.disk); it
+    continues with tune-rl resume once space is freed: exit status 1."""
+
+    exit_status = ExitStatus.ERROR
+
+
 class Interrupted(SearchEnded):
     """The search was stopped (Ctrl-C) with its state saved; it continues with tune-rl resume: exit status 130."""
 

@@ -15,7 +15,16 @@ command line (tune_runner.cli) parses flags, calls these and prints: the two can
 from tune_runner.api.reading import best, load_policy, report
 from tune_runner.api.results import BestResult, ReportResult, SearchResult
 from tune_runner.api.searching import resume, search
-from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, NotFound, SearchEnded, SpecError, UserError
+from tune_runner.errors import (
+    AllTrialsFailed,
+    DiskFull,
+    ExitStatus,
+    Interrupted,
+    NotFound,
+    SearchEnded,
+    SpecError,
+    UserError,
+)
 
-__all__ = ["AllTrialsFailed", "BestResult", "ExitStatus", "Interrupted", "NotFound", "ReportResult", "SearchEnded",
-           "SearchResult", "SpecError", "UserError", "best", "load_policy", "report", "resume", "search"]
+__all__ = ["AllTrialsFailed", "BestResult", "DiskFull", "ExitStatus", "Interrupted", "NotFound", "ReportResult",
+           "SearchEnded", "SearchResult", "SpecError", "UserError", "best", "load_policy", "report", "resume", "search"]

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from tune_runner.api.checks import check_run_settings, name_setting, positive, run_options, storage_setting
 from tune_runner.api.results import SearchResult, best_result
-from tune_runner.errors import AllTrialsFailed, ExitStatus, Interrupted, SpecError, UserError, raised_as
+from tune_runner.errors import AllTrialsFailed, DiskFull, ExitStatus, Interrupted, SpecError, UserError, raised_as
 
 Overrides = Mapping[str, Any] | Iterable[str] | None
 
@@ -181,6 +181,11 @@ def _result(outcome: Any, options: Any, *, saved: bool = True) -> SearchResult:
                                                          verdict=outcome.verdict)
     result = SearchResult(name=path.name, path=path, metric=spec.metric, mode=spec.mode, trials=dict(outcome.counts),
                           best=best, export_path=outcome.export_path, mlflow_run=outcome.mlflow_run)
+    if outcome.disk_full:
+        where = {"storage": options.storage, "mlflow_uri": options.mlflow_uri, "saved": saved}
+        raise DiskFull(f"search {path.name} stopped: its results folder ran short of space; its state is saved; "
+                       f"free space, then continue it with {command(path.name, **where, python=True)} or, in a "
+                       f"shell: {command(path.name, **where)}", result=result)
     if outcome.exit_status == ExitStatus.INTERRUPTED:
         where = {"storage": options.storage, "mlflow_uri": options.mlflow_uri, "saved": saved}
         raise Interrupted(f"search {path.name} interrupted; its state is saved; continue it with "

@@ -295,13 +295,8 @@ def _report_parser(sub: Any) -> None:
 
 def _resume_parser(sub: Any) -> None:
     """`resume NAME`: continue an interrupted search."""
-    resume = sub.add_parser("resume", help="continue an interrupted search where it stopped, with the options it "
-                                           "was started with")
-    resume.add_argument("name", help="the experiment's name (under --storage) or its folder")
-    resume.add_argument("--storage", type=_storage, help="the results folder or URI the search was started with "
-                                                         "(default: $TUNE_RL_HOME/results)")
-    resume.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password "
-                                             "or token is not saved (default: the saved one)")
+    resume = _saved_search(sub.add_parser("resume", help="continue an interrupted search where it stopped, with the "
+                                                          "options it was started with"))
     resume.add_argument("--num-cpus", type=int, help="CPUs for the local Ray (default: as the search was started)")
     resume.add_argument("--no-plugins", action="store_true",
                         help="import no plug-in: not ./envs/; refused where the search imported plug-in files")
@@ -310,13 +305,18 @@ def _resume_parser(sub: Any) -> None:
 
 def _sync_parser(sub: Any) -> None:
     """`sync NAME`: write what a search spooled while its MLflow store was away."""
-    sync = sub.add_parser("sync", help="write to MLflow what a search kept in its folder while the store was "
-                                       "unreachable (its summary says so)")
-    sync.add_argument("name", help="the experiment's name (under --storage) or its folder")
-    sync.add_argument("--storage", type=_storage, help="the results folder or URI the search was started with "
-                                                       "(default: $TUNE_RL_HOME/results)")
-    sync.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password or "
-                                           "token is not saved (default: the saved one)")
+    _saved_search(sub.add_parser("sync", help="write to MLflow what a search kept in its folder while the store was "
+                                              "unreachable (its summary says so)"))
+
+
+def _saved_search(command: Any) -> Any:
+    """The arguments that find a saved search and its store, as resume and sync both take them."""
+    command.add_argument("name", help="the experiment's name (under --storage) or its folder")
+    command.add_argument("--storage", type=_storage, help="the results folder or URI the search was started with "
+                                                          "(default: $TUNE_RL_HOME/results)")
+    command.add_argument("--mlflow-uri", help="the tracking URI the search logs to, needed only if its password "
+                                              "or token is not saved (default: the saved one)")
+    return command
 
 
 def _verify_parser(sub: Any) -> None:

@@ -81,6 +81,7 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
              _system_config=preload, **logs)
     _LOCAL["driver"] = os.getpid()
+    _watch_heads()
     if class_cache is not None:
         _trial_actors_inherit_env(class_cache)
     import subprocess
@@ -92,6 +93,53 @@ def ensure_ray(*, num_cpus: int | None, verbose: bool, num_gpus: float | None = 
 
 
 _LOCAL: dict[str, object] = {}  # the local Ray we started: its job id and the environment its workers inherited
+# The processes a local Ray cannot run without, and what a user reads when one dies under a search
+HEADS = {"gcs_server": "Ray's GCS (its state of the cluster)", "raylet": "Ray's raylet (it runs the trials)"}
+WATCH_EVERY_S = 0.5
+
+
+def _watch_heads() -> None:
+    """Watch the local Ray's GCS and raylet from a daemon thread while a search runs (`watching`). When one dies
+    under it, Ray's driver would wait 60 s for it and exit 1 with a C++ log line; we say at once which died and
+    the command that continues the search (its state is saved every 2 s), and leave with status 1: the reaper
+    ends the rest of Ray."""
+    import threading
+    import time
+
+    import ray
+
+    node = getattr(ray._private.worker.global_worker, "node", None)  # noqa: SLF001 - the processes we started
+    processes = {kind: infos[0].process for kind in HEADS
+                 if (infos := (getattr(node, "all_processes", None) or {}).get(kind))}
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCH_EVERY_S)
+            hint = _LOCAL.get("watching")
+            for kind, process in processes.items():
+                if hint and process.poll() is not None and _LOCAL.get("watching") == hint:
+                    sys.stdout.flush()
+                    sys.stderr.write(f"\ntune-rl: {HEADS[kind]} died under the search (pid {process.pid}, exit "
+                                     f"{process.returncode}); the search's state is saved; continue it with: "
+                                     f"{hint}\n")
+                    sys.stderr.flush()
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="tune-rl-ray-heads", daemon=True).start()
+
+
+class watching:  # noqa: N801 - used as a context manager, like contextlib's
+    """While a search runs on the local Ray we started, a death of its GCS or raylet ends the driver with one
+    line naming it and `hint` (the command that continues the search)."""
+
+    def __init__(self, hint: str) -> None:
+        self.hint = hint
+
+    def __enter__(self) -> None:
+        _LOCAL["watching"] = self.hint
+
+    def __exit__(self, *exc: object) -> None:
+        _LOCAL.pop("watching", None)
 
 
 def end_local_ray() -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tune_runner import paths, storage
+from tune_runner.cluster import session
 from tune_runner.cluster.session import (  # noqa: F401 - cli and tests call them here
     check_address,
     ensure_ray,
@@ -31,7 +32,7 @@ from tune_runner.spec.experiment import ExperimentSpec
 from tune_runner.tracking import callback as tracking
 from tune_runner.tracking import parent as parent_run
 from tune_runner.tracking import uri as mlflow_uri
-from tune_runner.tuning import console, resume
+from tune_runner.tuning import console, disk, resume
 from tune_runner.tuning.preflight import (  # noqa: F401 - prepare and Prepared are part of this module's API
     Prepared,
     check_register,
@@ -90,10 +91,13 @@ class Outcome:
     report: tuple[Path, ...] = ()
     interrupted: bool = False
     errors: Counter = field(default_factory=Counter)
+    disk_full: bool = False  # stopped (resumable) because its results folder ran short of space (tuning.disk)
     mlflow_run: str | None = None  # the search's MLflow parent run
 
     @property
     def exit_status(self) -> ExitStatus:
+        if self.disk_full:
+            return ExitStatus.ERROR
         if self.interrupted:
             return ExitStatus.INTERRUPTED
         total = sum(self.counts.values())
@@ -142,20 +146,28 @@ def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None,
     mlflow, exp_id, parent, callbacks, audit = _tracking(spec, options, exp_path, population=prepared.population,
                                                          out=out, store=store)
     tracker = next(c for c in callbacks if isinstance(c, tracking.MlflowTracking))
+    guard = disk.DiskGuard(exp_path)
+    callbacks.append(guard)
     status = "FAILED"
     warm = _warm_trials(spec, options, batched=prepared.backend.seeds)
     try:
-        with warm.keeping():
+        with warm.keeping(), session.watching(resume.run_command(name, options)):
             unfinished = _fit(trial_plugins(spec, shipped), prepared, name=name, where=options.storage,
                               local=exp_path, callbacks=callbacks, resume=options.resume,
                               max_failures=options.max_failures)
+        if unfinished and guard.tripped:
+            status = "KILLED"
+            print(f"\ntune-rl: {guard.said(resume.run_command(name, options))}", file=sys.stderr, flush=True)
+            return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True,
+                           disk_full=True)
         if unfinished:
             status = "KILLED"
             print(f"\ninterrupted: {unfinished} trial(s) unfinished; the search's state is saved. Continue it with:\n"
                   f"  {resume.run_command(name, options)}", file=out, flush=True)
             return Outcome(exp_path, None, None, Counter(), time.monotonic() - started, interrupted=True)
-        outcome = _finish(spec, exp_path, options, started, record=prepared.backend,
-                          audit=audit.summary() if audit else None, out=out, warm=warm)
+        with session.watching(resume.run_command(name, options)):  # the re-evaluation runs on it too
+            outcome = _finish(spec, exp_path, options, started, record=prepared.backend,
+                              audit=audit.summary() if audit else None, out=out, warm=warm)
         status = "FINISHED" if outcome.exit_status == ExitStatus.OK else "FAILED"
         tracker.call("_log_outcome", spec, outcome)
         policy = _log_model(prepared.backend, outcome, options, experiment_id=exp_id, parent=parent,

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -134,7 +136,8 @@ class WarmTrials:
 
 @contextlib.contextmanager
 def _controller_class(pool: WarmTrials, *, keep: bool) -> Iterator[None]:
-    """ray.tune.tune.run builds this subclass of its TuneController for the fits inside."""
+    """ray.tune.tune.run builds this subclass of its TuneController for the fits inside: it keeps and hands over
+    trial actors, and writes Tune's state so that a full disk cannot cut it short."""
     import ray.tune.tune as tune_run
     from ray.tune.execution.tune_controller import TuneController
 
@@ -143,6 +146,21 @@ def _controller_class(pool: WarmTrials, *, keep: bool) -> Iterator[None]:
             if super()._maybe_cache_trial_actor(trial):
                 return True
             return keep and _guarded(pool.take, self, trial, default=False)
+
+        def save_to_dir(self) -> None:
+            """Tune's state written so that a disk that fills cannot leave it cut short (tuning.disk): the file
+            from before is moved aside first (a rename needs no space) and put back when the new one fails."""
+            path = Path(self._storage.experiment_driver_staging_path, self.experiment_state_file_name)
+            aside = path.with_name(f".{path.name}.before")
+            if path.is_file():
+                os.replace(path, aside)
+            try:
+                super().save_to_dir()
+            except OSError:
+                if aside.is_file():
+                    os.replace(aside, path)
+                raise
+            aside.unlink(missing_ok=True)
 
         def _maybe_reuse_cached_actor(self, trial: Any) -> bool:
             if (not keep and pool.kept and trial not in self._resetting_trials
