@@ -62,11 +62,12 @@ def masked_env() -> str:
     ("Acrobot-v1", {"num_envs_per_env_runner": 2, "minibatch_size": 100, "entropy_coeff": 0.01}, 4),
     ("masked", {"minibatch_size": 50}, 3),
 ], ids=["cartpole", "acrobot", "masked"])
-def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterations):
+def test_each_of_three_seeds_trains_as_it_would_alone(env_id, overrides, iterations, noise_source):
     env_id = masked_env() if env_id == "masked" else env_id
     config = small_ppo(seed=11, **overrides)
     together = PPO(PPOConfig.from_dict({**vars_of(config), "num_seeds": 3}), env_id=env_id)
     alone = [PPO(PPOConfig.from_dict({**vars_of(config), "seed": s}), env_id=env_id) for s in together.seeds]
+    assert {learner.noise.source for learner in (together, *alone)} == {noise_source}
     ragged = False  # some iteration gave the seeds different numbers of minibatches (padding, sat-out steps)
     for _ in range(iterations):
         before = together.seed_env_steps.copy()
@@ -164,13 +165,16 @@ def test_results_hold_every_seed_and_the_aggregate():
     assert not any(key.startswith("seed_") for key in one)  # one seed: the names it always had
 
 
-def test_a_k_seed_checkpoint_restores_exactly_and_each_seed_is_a_one_seed_checkpoint():
+def test_a_k_seed_checkpoint_restores_exactly_and_each_seed_is_a_one_seed_checkpoint(noise_source):
     config = small_ppo(num_seeds=3, lr=[[0, 1e-3], [600, 1e-4]])
     original = PPO(config, env_id="CartPole-v1")
+    assert original.noise.source == noise_source
     for _ in range(2):
         original.train_iteration()
     state = pickle.loads(pickle.dumps(original.get_state()))
     assert state["num_seeds"] == 3 and len(state["seeds"]) == 3
+    draws = 2 * (noise_source == "counter") * -(-config.train_batch_size // config.num_envs_per_env_runner)
+    assert [seed["rngs"]["counter"] for seed in state["seeds"]] == [draws] * 3  # every step's noise, or none
     restored = PPO(config, env_id="CartPole-v1")
     restored.set_state(state)
     assert restored.stats.lengths.any()  # mid-episode

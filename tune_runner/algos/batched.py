@@ -11,8 +11,8 @@ inputs, its gradient only on its own loss.
 - `SeedVector`: one learned vector (or matrix) per seed (PPO's Gaussian log-std, gSDE's matrix of them).
 
 K seeds' optimizer (`SeedAdam`) is in tune_runner.algos.optim, their envs stepped as one (`SeedEnvs`) in
-tune_runner.algos.learner_envs; per-seed bookkeeping without torch (seed derivation, episode windows, metrics,
-minibatch plans) in tune_runner.algos.seeds.
+tune_runner.algos.learner_envs; their random draws in tune_runner.algos.seed_streams; per-seed bookkeeping without
+torch (seed derivation, episode windows, metrics, minibatch plans) in tune_runner.algos.seeds.
 
 Every module takes inputs shaped [K, batch, ...] and gives outputs [K, batch, ...]; parameters carry
 the seed as their first axis. With K = 1 each does what the one-seed code did, op for op where it
@@ -265,26 +265,6 @@ class SeedVector(nn.Module):
 
     def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
         load_into({"weight": self.weight}, seed, state, num_seeds=self.num_seeds)
-
-
-def seed_uniform(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """Uniform [0, 1) noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
-    return _seed_noise(torch.rand, shape, generators)
-
-
-def seed_normal(shape: Sequence[int], generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """Standard normal noise of `shape` = [K, ...]; row i drawn from generators[i] alone, as one seed would."""
-    return _seed_noise(torch.randn, shape, generators)
-
-
-def _seed_noise(draw: Callable[..., torch.Tensor], shape: Sequence[int],
-                generators: Sequence[torch.Generator]) -> torch.Tensor:
-    if len(generators) == 1:
-        return draw(tuple(shape), generator=generators[0])
-    noise = torch.empty(tuple(shape))
-    for row, generator in zip(noise, generators, strict=True):
-        draw(row.shape, generator=generator, out=row)
-    return noise
 
 
 def seed_weights(net: BatchedMLP | StackedModule) -> dict[str, np.ndarray]:

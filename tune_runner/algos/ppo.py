@@ -60,6 +60,7 @@ from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.ppo_loss import LOSSES, ppo_losses
 from tune_runner.algos.rollout import compute_gae, merge_rollouts, rollout_arrays
+from tune_runner.algos.seed_streams import CounterStreams, SeedNoise
 from tune_runner.algos.seeds import (
     SeedStats,
     by_seed,
@@ -104,6 +105,8 @@ class PPO(SeedLearnerBase):
                                   vectorize_mode=config.gym_env_vectorize_mode,
                                   processes=config.num_env_processes or 1)
         self.rngs = [Rngs(seed) for seed in self.seeds]
+        self.streams = CounterStreams(self.seeds, self.device)
+        self.noise = SeedNoise([rngs.torch for rngs in self.rngs], self.streams, self.device)
         self.pi, self.vf = self._networks()
         params = [*self.pi.parameters(), *self.vf.parameters()]
         self.continuous = self.env.continuous
@@ -239,34 +242,35 @@ class PPO(SeedLearnerBase):
         finished episodes' `episode_returns` / `episode_lens` / `episode_seeds`. Counts them into this
         learner's stats. Values are left to `learn`, in one batched pass.
         """
-        env, generators, finished = self.env, [rngs.torch for rngs in self.rngs], []
+        env, noise, finished = self.env, self.noise, []
         buf = self._rollout_buffers(-(-num_steps // env.envs_per_seed))
-        log_std = (self._sde_log_std() if self.sde else self.log_std(3)).cpu() if self.continuous else None
+        log_std = (self._sde_log_std() if self.sde else self.log_std(3)) if self.continuous else None
         obs_filter, scaler, nvec = self.obs_filter, self.reward_scaler, env.nvec
         every = self.config.sde_sample_freq
         for t in range(len(buf["rewards"])):
             buf["obs"][t], mask = env.obs if obs_filter is None else obs_filter(env.obs, update=True), None
             if env.masked:
                 buf["mask"][t] = mask = env.mask
+            # Actions on the learner's device, with each seed's noise drawn there (seed_streams.SeedNoise)
             if self.sde:  # noise = features @ E, E drawn per env at the rollout's start and every `every` steps
                 if t == 0 or (every > 0 and t % every == 0):
-                    noise = log_std.exp().unsqueeze(1) * batched.seed_normal(
-                        (self.num_seeds, env.envs_per_seed, *log_std.shape[1:]), generators)
-                features, mean = (x.cpu() for x in self.pi.forward_features(self._by_seed(buf["obs"][t])))
-                actions = mean + (features.unsqueeze(-2) @ noise).squeeze(-2)
-                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
-                buf["logp"][t] = gaussian_logp(actions, mean, sde_log_std(features, log_std)).view(-1).numpy()
+                    sde_noise = log_std.exp().unsqueeze(1) * noise.normal(
+                        (self.num_seeds, env.envs_per_seed, *log_std.shape[1:]))
+                features, mean = self.pi.forward_features(self._by_seed(buf["obs"][t]))
+                actions = mean + (features.unsqueeze(-2) @ sde_noise).squeeze(-2)
+                buf["actions"][t] = actions.view(-1, env.num_actions).cpu().numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, sde_log_std(features, log_std)).view(-1).cpu().numpy()
             elif self.continuous:  # [K, n, size]: the unclipped sample is kept, the env clips it
-                mean = self.pi(self._by_seed(buf["obs"][t])).cpu()
-                actions = mean + log_std.exp() * batched.seed_normal(mean.shape, generators)
-                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
-                buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).numpy()
+                mean = self.pi(self._by_seed(buf["obs"][t]))
+                actions = mean + log_std.exp() * noise.normal(mean.shape)
+                buf["actions"][t] = actions.view(-1, env.num_actions).cpu().numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).cpu().numpy()
             else:  # [K, n] actions, or [K, n, numbers] of a MultiDiscrete space
                 out = self.pi(self._by_seed(buf["obs"][t]))
-                logp_all = segments_log_softmax(masked_logits(out, self._by_seed(mask)), nvec).cpu()
-                actions = sample_seed_actions(logp_all, generators=generators, nvec=nvec)
-                buf["actions"][t] = actions.view(-1, *actions.shape[2:]).numpy()
-                buf["logp"][t] = segments_gather(logp_all, actions, nvec).view(-1).numpy()
+                logp_all = segments_log_softmax(masked_logits(out, self._by_seed(mask)), nvec)
+                actions = sample_seed_actions(logp_all, noise=noise, nvec=nvec)
+                buf["actions"][t] = actions.view(-1, *actions.shape[2:]).cpu().numpy()
+                buf["logp"][t] = segments_gather(logp_all, actions, nvec).view(-1).cpu().numpy()
             step = env.step(buf["actions"][t])
             buf["rewards"][t], buf["terminated"][t], buf["truncated"][t], buf["valid"][t] = step
             if scaler is not None:
