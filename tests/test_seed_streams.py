@@ -1,6 +1,7 @@
 """Each seed's randomness drawn for K seeds in one call (issue 44, tune_runner.algos.seed_streams): the counter
-streams' uniforms and normals are what they claim and each seed's own whatever K, and the noise source is picked
-by device alone. The learners' independence under either source: test_seeds_ppo.py."""
+streams' uniforms and normals are what they claim and each seed's own whatever K, the minibatch plans cut each
+seed's own permutations as `minibatch_plan` says, and the noise source is picked by device alone. The learners'
+independence under either source: test_seeds_ppo.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from tune_runner.algos import seed_streams
-from tune_runner.algos.seed_streams import CounterStreams, SeedNoise
+from tune_runner.algos.seed_streams import CounterStreams, SeedNoise, minibatch_plan
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 SEEDS = [7, 1_000_007, 2_000_007]
@@ -60,3 +61,40 @@ def test_the_noise_source_is_chosen_by_device_alone_and_both_give_a_seed_its_own
     together.source = alone.source = "counter"
     assert torch.equal(together.normal((3, 4))[2], alone.normal((1, 4))[0])
     assert together.streams.counters.tolist() == [1, 1, 1]  # the generators' draws left the counters alone
+
+
+def test_minibatch_plan_gives_each_seed_exactly_its_one_seed_sequence():
+    counts, size, epochs = [130, 0, 64, 200], 64, 2
+    together = CounterStreams([1, 2, 3, 4])
+    plan = minibatch_plan(counts, num_epochs=epochs, minibatch_size=size, streams=together)
+    assert together.counters.tolist() == [1, 0, 1, 1]  # a seed without rows draws nothing, as alone (no plan)
+    offsets = [0, 130, 130, 194]
+    for seed, count in enumerate(counts):
+        streams = CounterStreams([seed + 1])
+        alone = minibatch_plan([count], num_epochs=epochs, minibatch_size=size, streams=streams) if count else []
+        assert streams.counters.tolist() == [1 if count else 0]
+        got = [mb.index[seed][:int(mb.mask[seed].sum()) if mb.mask is not None else None]
+               for mb in plan if mb.active[seed]]
+        assert len(got) == len(alone) == epochs * -(-count // size)
+        assert all(torch.equal(a, b.index[0] + offsets[seed]) for a, b in zip(got, alone, strict=True))
+        for epoch in range(epochs if count else 0):  # each epoch a permutation of the seed's rows, cut in order
+            pieces = got[epoch * len(got) // epochs:(epoch + 1) * len(got) // epochs]
+            assert [len(p) for p in pieces] == [min(size, count - i) for i in range(0, count, size)]
+            assert sorted(torch.cat(pieces).tolist()) == list(range(offsets[seed], offsets[seed] + count))
+        for mb in plan:  # padding repeats the seed's own rows (or row 0, for a seed without data)
+            rows = set(mb.index[seed].tolist())
+            assert rows <= set(range(offsets[seed], offsets[seed] + count)) if count else rows == {0}
+    assert len(plan) == 8 and [mb.active.tolist() for mb in plan[:2]] == [[True, False, True, True]] * 2
+    assert plan[2].mask[0].sum() == 2 and plan[2].mask.shape == (4, 64)  # 130 = 64 + 64 + 2; 200's 3rd piece 64
+    assert plan[3].mask[3].sum() == 8 and plan[3].mask[0].sum() == 64  # 200 = 3 * 64 + 8; 130's 2nd epoch
+    assert plan[7].index.shape == (4, 8) and plan[7].active.tolist() == [False, False, False, True]
+    assert not plan[1].active[1] and plan[1].mask[1].sum() == 0  # a seed without rows: all padding
+    assert all(mb.index.dtype == torch.int64 for mb in plan)
+    first = [mb.index[0] for mb in plan[:3]]
+    assert not all(torch.equal(a, b) for a, b in zip(first, [mb.index[0] for mb in plan[3:6]], strict=True))
+
+
+def test_seeds_with_pieces_of_one_width_need_no_mask():
+    plan = minibatch_plan([256, 250], num_epochs=3, minibatch_size=64, streams=CounterStreams([5, 6]))
+    assert len(plan) == 12 and [mb.mask is None for mb in plan] == [True, True, True, False] * 3
+    assert all(mb.index.shape == (2, 64) for mb in plan)

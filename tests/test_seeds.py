@@ -1,5 +1,6 @@
 """The pieces of K-seed learners (issue 16): seed derivation, the IQM and the other aggregates, per-seed
-results, minibatch plans, the batched MLP and the per-seed Adam. No learner runs here (test_seeds_ppo.py)."""
+results, the batched MLP and the per-seed Adam. No learner runs here (test_seeds_ppo.py; minibatch plans:
+test_seed_streams.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from tune_runner.algos.batched import BatchedMLP
 from tune_runner.algos.common import mlp
 from tune_runner.algos.optim import SeedAdam
-from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, minibatch_plan, seed_metrics
+from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, seed_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -71,26 +72,6 @@ def test_derived_seeds_start_at_the_configs_seed_and_keep_env_streams_apart():
     assert len(set(streams)) < len(streams)  # the workers' offsets overlap within one seed's envs...
     per_seed = [{s + 1000 * w + j for w in range(9) for j in range(1024)} for s in derived_seeds(0, 32)]
     assert sum(map(len, per_seed)) == len(set().union(*per_seed))  # ...as they always did; never across seeds
-
-
-def test_minibatch_plan_gives_each_seed_exactly_its_one_seed_sequence():
-    counts, size, epochs = [130, 0, 64], 64, 2
-    plan = minibatch_plan(counts, num_epochs=epochs, minibatch_size=size,
-                          rngs=[np.random.default_rng(s) for s in (1, 2, 3)])
-    offsets = [0, 130, 130]
-    for seed, count in enumerate(counts):
-        alone, rng = [], np.random.default_rng(seed + 1)  # what a one-seed learner draws and cuts
-        for _ in range(epochs if count else 0):
-            order = rng.permutation(count)
-            alone.extend(order[i:i + size] + offsets[seed] for i in range(0, count, size))
-        got = [mb.index[seed][:int(mb.mask[seed].sum()) if mb.mask is not None else None]
-               for mb in plan if mb.active[seed]]
-        assert len(got) == len(alone) and all(np.array_equal(a, b) for a, b in zip(got, alone, strict=True))
-        for mb in plan:  # padding repeats the seed's own rows (or any row, for a seed without data)
-            assert set(mb.index[seed].tolist()) <= set(range(offsets[seed], offsets[seed] + count)) or not count
-    assert len(plan) == 6 and [mb.active.tolist() for mb in plan[:2]] == [[True, False, True]] * 2
-    assert plan[2].mask[0].sum() == 2 and plan[2].mask.shape == (3, 2)  # 130 = 64 + 64 + 2
-    assert not plan[1].active[1] and plan[1].mask[1].sum() == 0
 
 
 # ---- batched layers and optimizer -------------------------------------------------------------------

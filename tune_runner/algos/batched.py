@@ -11,8 +11,8 @@ inputs, its gradient only on its own loss.
 - `SeedVector`: one learned vector (or matrix) per seed (PPO's Gaussian log-std, gSDE's matrix of them).
 
 K seeds' optimizer (`SeedAdam`) is in tune_runner.algos.optim, their envs stepped as one (`SeedEnvs`) in
-tune_runner.algos.learner_envs; their random draws in tune_runner.algos.seed_streams; per-seed bookkeeping without
-torch (seed derivation, episode windows, metrics, minibatch plans) in tune_runner.algos.seeds.
+tune_runner.algos.learner_envs; their random draws and minibatch plans in tune_runner.algos.seed_streams; per-seed
+bookkeeping without torch (seed derivation, episode windows, metrics) in tune_runner.algos.seeds.
 
 Every module takes inputs shaped [K, batch, ...] and gives outputs [K, batch, ...]; parameters carry
 the seed as their first axis. With K = 1 each does what the one-seed code did, op for op where it

@@ -60,15 +60,8 @@ from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.ppo_loss import LOSSES, ppo_losses
 from tune_runner.algos.rollout import compute_gae, merge_rollouts, rollout_arrays
-from tune_runner.algos.seed_streams import CounterStreams, SeedNoise
-from tune_runner.algos.seeds import (
-    SeedStats,
-    by_seed,
-    derived_seeds,
-    minibatch_plan,
-    seed_metrics,
-    standardized,
-)
+from tune_runner.algos.seed_streams import CounterStreams, SeedNoise, minibatch_plan
+from tune_runner.algos.seeds import SeedStats, by_seed, derived_seeds, seed_metrics, standardized
 from tune_runner.algos.spaces import PPO_ACTION_SPACES
 
 
@@ -319,11 +312,10 @@ class PPO(SeedLearnerBase):
                    for key, value in data.items()}
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
-                                 rngs=[rngs.numpy for rngs in self.rngs]):
+                                 streams=self.streams):  # on the learner's device
             # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
-            index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
-            mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
-            losses = self._update({key: rows(value, index) for key, value in tensors.items()}, mask=mask,
+            index = mb.index[0] if k == 1 else mb.index
+            losses = self._update({key: rows(value, index) for key, value in tensors.items()}, mask=mb.mask,
                                   active=mb.active)
             sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active
