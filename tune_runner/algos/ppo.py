@@ -154,9 +154,11 @@ class PPO(SeedLearnerBase):
         """Each seed's policy and value networks, initialised as a one-seed learner with its seed does; batched."""
         c, env, pairs = self.config, self.env, []
         model, model_config = image_model(c.model, c.model_config, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
-        for seed in self.seeds:
-            with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
-                torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
+            for seed in self.seeds:
+                # The CPU generator, which draws the init (the nets are made on the CPU): torch.manual_seed also
+                # queues every CUDA generator's, a traceback each, a tenth of building 1024 seeds without CUDA
+                torch.default_generator.manual_seed(seed)
                 if model == BUILT_IN:
                     sizes = [env.obs_dim, *c.fcnet_hiddens]
                     pair = (init_layers(mlp([*sizes, env.num_actions], c.fcnet_activation), out_gain=0.01),
@@ -164,7 +166,7 @@ class PPO(SeedLearnerBase):
                 else:
                     pair = tuple(build_model(model, num_inputs=env.obs_dim, num_outputs=n,
                                              model_config=model_config) for n in (env.num_actions, 1))
-            pairs.append([net.to(self.device) for net in pair])
+                pairs.append(pair if self.device.type == "cpu" else [net.to(self.device) for net in pair])
         pis, vfs = zip(*pairs, strict=True)
         if model == BUILT_IN:
             return batched.BatchedMLP(pis), batched.BatchedMLP(vfs)
