@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tune_runner.algos.batched import BatchedMLP
+from tune_runner.algos.batched import BatchedMLP, orthogonal_mlps
 from tune_runner.algos.common import mlp
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, seed_metrics
@@ -80,6 +80,33 @@ def test_derived_seeds_start_at_the_configs_seed_and_keep_env_streams_apart():
 def nets(k: int, sizes=(3, 8, 8, 2)) -> list[torch.nn.Sequential]:
     torch.manual_seed(0)
     return [mlp(list(sizes), "tanh") for _ in range(k)]
+
+
+def init_layers(net: torch.nn.Sequential, *, out_gain: float) -> torch.nn.Sequential:
+    """How PPO initialised one seed's MLP before its seeds were built at once (the oracle of orthogonal_mlps)."""
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    for layer in linears:
+        torch.nn.init.orthogonal_(layer.weight, gain=out_gain if layer is linears[-1] else math.sqrt(2))
+        torch.nn.init.zeros_(layer.bias)
+    return net
+
+
+@pytest.mark.parametrize("hidden", [[32, 32], [16, 40], []], ids=["32x32", "wide", "one-layer"])
+@pytest.mark.parametrize("seeds", [[3], [3, 1_000_003, 2_000_003]], ids=["K1", "K3"])
+def test_orthogonal_mlps_give_each_seed_the_weights_its_own_build_draws(hidden, seeds):
+    """Each seed's policy and value nets as the one-seed build made them in turn under torch.manual_seed(seed):
+    nn.Linear's init (overwritten, but it moves the stream) then orthogonal_, bit for bit."""
+    shapes = [([4, *hidden, 2], 0.01), ([4, *hidden, 1], 1.0)]
+    pi, vf = orthogonal_mlps(seeds, [(mlp(sizes, "tanh"), gain) for sizes, gain in shapes], device=torch.device("cpu"))
+    for i, seed in enumerate(seeds):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            own = [init_layers(mlp(sizes, "tanh"), out_gain=gain) for sizes, gain in shapes]
+        for batched, net in zip((pi, vf), own, strict=True):
+            state = batched.seed_state(i)
+            assert state.keys() == net.state_dict().keys()
+            assert all(torch.equal(state[key], value) for key, value in net.state_dict().items())
+    assert pi.num_seeds == len(seeds)
 
 
 def test_batched_mlp_is_each_seeds_own_network():
