@@ -5,6 +5,7 @@ independence under either source: test_seeds_ppo.py."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,3 +99,29 @@ def test_seeds_with_pieces_of_one_width_need_no_mask():
     plan = minibatch_plan([256, 250], num_epochs=3, minibatch_size=64, streams=CounterStreams([5, 6]))
     assert len(plan) == 12 and [mb.mask is None for mb in plan] == [True, True, True, False] * 3
     assert all(mb.index.shape == (2, 64) for mb in plan)
+
+
+def test_a_cpu_plan_sorts_as_torch_does_on_any_device():
+    """seed_streams.sort_rows sorts a CPU plan's keys with NumPy and a GPU's with torch: the same rows, since a
+    plan's keys never tie (its position is in their low bits)."""
+    streams = CounterStreams(SEEDS)
+    counts = np.array([300, 5, 0])
+    positions = torch.arange(300)
+    keys = (streams.bits(positions[None].expand(2, -1)) >> 1) & seed_streams.HIGH31 | positions
+    assert torch.equal(seed_streams.sort_rows(keys), keys.sort(dim=-1).values)
+    order = streams.permutations(counts, 2)
+    assert order.shape == (3, 2, 300) and sorted(order[1, 1, :5].tolist()) == list(range(5))
+    assert order[1, 1, 5:].tolist() == list(range(5, 300)) and order[2, 0].tolist() == list(range(300))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_streams_draw_and_plan_as_the_cpu():
+    cpu, cuda = CounterStreams(SEEDS), CounterStreams(SEEDS, device="cuda")
+    assert torch.equal(cpu.uniform((3, 1000)), cuda.uniform((3, 1000)).cpu())
+    torch.testing.assert_close(cpu.normal((3, 1001)), cuda.normal((3, 1001)).cpu(), rtol=1e-5, atol=1e-5)
+    counts = [130, 0, 64]
+    for a, b in zip(minibatch_plan(counts, num_epochs=2, minibatch_size=64, streams=cpu),
+                    minibatch_plan(counts, num_epochs=2, minibatch_size=64, streams=cuda), strict=True):
+        assert b.index.is_cuda and torch.equal(a.index, b.index.cpu()) and (a.active == b.active).all()
+        assert (a.mask is None) == (b.mask is None) and (a.mask is None or torch.equal(a.mask, b.mask.cpu()))
+    assert torch.equal(cpu.counters, cuda.counters.cpu())
