@@ -116,6 +116,18 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(params=["generators", "counter"])
+def noise_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which source our learners draw each seed's rollout noise from (tune_runner.algos.seed_streams): a CPU's own
+    (the seeds' torch generators), or the one a GPU takes (the counter streams), forced here on the CPU.
+    Independence and exact checkpoints must hold for both; a test using this asserts its learner drew from it."""
+    from tune_runner.algos import seed_streams
+
+    if request.param == seed_streams.COUNTER:
+        monkeypatch.setattr(seed_streams, "noise_source", lambda device: seed_streams.COUNTER)
+    return request.param
+
+
 @pytest.fixture
 def uninstalled(monkeypatch: pytest.MonkeyPatch):
     """`uninstalled("pkg")`: from then on, importing pkg or any of its modules fails as if it were not installed.

@@ -99,10 +99,11 @@ def test_greedy_actions_are_the_clipped_mean_and_exploring_ones_stay_in_bounds()
 
 
 @pytest.mark.parametrize("env_id", [PENDULUM, "box2"])
-def test_a_box_action_checkpoint_continues_exactly(env_id):
+def test_a_box_action_checkpoint_continues_exactly(env_id, noise_source):
     env_id = box2() if env_id == "box2" else env_id
     config = small_ppo(log_std_init=-0.5)
     original = PPO(config, env_id=env_id)
+    assert original.noise.source == noise_source
     for _ in range(2):
         original.train_iteration()
     state = pickle.loads(pickle.dumps(original.get_state()))
@@ -140,12 +141,13 @@ def test_ppo_trains_on_a_box2d_env_and_its_checkpoint_restarts_the_envs_from_the
 
 
 @pytest.mark.parametrize("exploration", [{}, {"use_sde": True, "sde_sample_freq": 2}], ids=["gaussian", "gsde"])
-def test_three_box_action_seeds_train_as_they_would_alone(exploration):
+def test_three_box_action_seeds_train_as_they_would_alone(exploration, noise_source):
     config = {**vars(small_ppo(seed=5, minibatch_size=100, entropy_coeff=0.01, **exploration)),
               "num_envs_per_env_runner": 2}
     del config["num_seeds"]
     together = PPO(PPOConfig.from_dict({**config, "num_seeds": 3}), env_id=PENDULUM)
     alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id=PENDULUM) for s in together.seeds]
+    assert {learner.noise.source for learner in (together, *alone)} == {noise_source}
     for _ in range(3):
         result = together.train_iteration()
         for i, learner in enumerate(alone):

@@ -72,10 +72,11 @@ def test_the_backend_builds_its_envs():
     ("CartPole-v1", {"minibatch_size": 62, "lr": [[0, 3e-3], [2000, 1e-3]]}),
     ("Pendulum-v1", {"minibatch_size": 64, "vf_clip_param": None}),
 ], ids=["cartpole", "pendulum"])
-def test_each_of_three_ppo_seeds_trains_on_torch_envs_as_it_would_alone(env_id, overrides):
+def test_each_of_three_ppo_seeds_trains_on_torch_envs_as_it_would_alone(env_id, overrides, noise_source):
     config = vars_of(small_ppo(seed=11, env_backend="torch", **overrides))
     together = PPO(PPOConfig.from_dict({**config, "num_seeds": 3}), env_id=env_id)
     alone = [PPO(PPOConfig.from_dict({**config, "seed": s}), env_id=env_id) for s in together.seeds]
+    assert {learner.noise.source for learner in (together, *alone)} == {noise_source}
     for _ in range(4):  # Pendulum: its 200-step episodes end in the 4th
         result = together.train_iteration()
         for i, learner in enumerate(alone):

@@ -1,5 +1,6 @@
 """The pieces of K-seed learners (issue 16): seed derivation, the IQM and the other aggregates, per-seed
-results, minibatch plans, the batched MLP and the per-seed Adam. No learner runs here (test_seeds_ppo.py)."""
+results, the batched MLP and the per-seed Adam. No learner runs here (test_seeds_ppo.py; minibatch plans:
+test_seed_streams.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from tune_runner.algos.batched import BatchedMLP
+from tune_runner.algos.batched import BatchedMLP, orthogonal_mlps
 from tune_runner.algos.common import mlp
 from tune_runner.algos.optim import SeedAdam
-from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, minibatch_plan, seed_metrics
+from tune_runner.algos.seeds import SEED_STRIDE, aggregate, derived_seeds, iqm, seed_metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -73,32 +74,39 @@ def test_derived_seeds_start_at_the_configs_seed_and_keep_env_streams_apart():
     assert sum(map(len, per_seed)) == len(set().union(*per_seed))  # ...as they always did; never across seeds
 
 
-def test_minibatch_plan_gives_each_seed_exactly_its_one_seed_sequence():
-    counts, size, epochs = [130, 0, 64], 64, 2
-    plan = minibatch_plan(counts, num_epochs=epochs, minibatch_size=size,
-                          rngs=[np.random.default_rng(s) for s in (1, 2, 3)])
-    offsets = [0, 130, 130]
-    for seed, count in enumerate(counts):
-        alone, rng = [], np.random.default_rng(seed + 1)  # what a one-seed learner draws and cuts
-        for _ in range(epochs if count else 0):
-            order = rng.permutation(count)
-            alone.extend(order[i:i + size] + offsets[seed] for i in range(0, count, size))
-        got = [mb.index[seed][:int(mb.mask[seed].sum()) if mb.mask is not None else None]
-               for mb in plan if mb.active[seed]]
-        assert len(got) == len(alone) and all(np.array_equal(a, b) for a, b in zip(got, alone, strict=True))
-        for mb in plan:  # padding repeats the seed's own rows (or any row, for a seed without data)
-            assert set(mb.index[seed].tolist()) <= set(range(offsets[seed], offsets[seed] + count)) or not count
-    assert len(plan) == 6 and [mb.active.tolist() for mb in plan[:2]] == [[True, False, True]] * 2
-    assert plan[2].mask[0].sum() == 2 and plan[2].mask.shape == (3, 2)  # 130 = 64 + 64 + 2
-    assert not plan[1].active[1] and plan[1].mask[1].sum() == 0
-
-
 # ---- batched layers and optimizer -------------------------------------------------------------------
 
 
 def nets(k: int, sizes=(3, 8, 8, 2)) -> list[torch.nn.Sequential]:
     torch.manual_seed(0)
     return [mlp(list(sizes), "tanh") for _ in range(k)]
+
+
+def init_layers(net: torch.nn.Sequential, *, out_gain: float) -> torch.nn.Sequential:
+    """How PPO initialised one seed's MLP before its seeds were built at once (the oracle of orthogonal_mlps)."""
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    for layer in linears:
+        torch.nn.init.orthogonal_(layer.weight, gain=out_gain if layer is linears[-1] else math.sqrt(2))
+        torch.nn.init.zeros_(layer.bias)
+    return net
+
+
+@pytest.mark.parametrize("hidden", [[32, 32], [16, 40], []], ids=["32x32", "wide", "one-layer"])
+@pytest.mark.parametrize("seeds", [[3], [3, 1_000_003, 2_000_003]], ids=["K1", "K3"])
+def test_orthogonal_mlps_give_each_seed_the_weights_its_own_build_draws(hidden, seeds):
+    """Each seed's policy and value nets as the one-seed build made them in turn under torch.manual_seed(seed):
+    nn.Linear's init (overwritten, but it moves the stream) then orthogonal_, bit for bit."""
+    shapes = [([4, *hidden, 2], 0.01), ([4, *hidden, 1], 1.0)]
+    pi, vf = orthogonal_mlps(seeds, [(mlp(sizes, "tanh"), gain) for sizes, gain in shapes], device=torch.device("cpu"))
+    for i, seed in enumerate(seeds):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            own = [init_layers(mlp(sizes, "tanh"), out_gain=gain) for sizes, gain in shapes]
+        for batched, net in zip((pi, vf), own, strict=True):
+            state = batched.seed_state(i)
+            assert state.keys() == net.state_dict().keys()
+            assert all(torch.equal(state[key], value) for key, value in net.state_dict().items())
+    assert pi.num_seeds == len(seeds)
 
 
 def test_batched_mlp_is_each_seeds_own_network():
@@ -162,7 +170,7 @@ def test_seed_adam_clips_and_steps_each_seed_alone_and_leaves_a_sat_out_seed_unt
                 torch.testing.assert_close(batched.seed_state(i)[key], value, rtol=1e-5, atol=1e-6)
         if not active[1]:
             assert all(torch.equal(before[k], v) for k, v in batched.seed_state(1).items())
-    assert ours.steps == [6, 3, 5]
+    assert ours.steps.tolist() == [6, 3, 5]
     assert ours.seed_state_dict(1)["exp_avg"].shape == (sum(p.numel() for p in copies[1].parameters()),)
 
 

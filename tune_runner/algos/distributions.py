@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tune_runner.algos import batched
+from tune_runner.algos.seed_streams import SeedNoise
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -61,11 +61,10 @@ def sample_actions(logits: torch.Tensor, *, generator: torch.Generator, nvec: Se
     return segments_argmax(logits.cpu() - gumbel, nvec)
 
 
-def sample_seed_actions(logits: torch.Tensor, *, generators: list[torch.Generator],
-                        nvec: Sequence[int] = ()) -> torch.Tensor:
-    """`sample_actions` for K seeds' logits [K, n, logits]: seed i's noise from generators[i] alone."""
-    gumbel = batched.seed_uniform(logits.shape, generators).log_().neg_().log_()
-    return segments_argmax(logits.cpu() - gumbel, nvec)
+def sample_seed_actions(logits: torch.Tensor, *, noise: SeedNoise, nvec: Sequence[int] = ()) -> torch.Tensor:
+    """`sample_actions` for K seeds' logits [K, n, logits], on their device: seed i's noise its own alone."""
+    gumbel = noise.uniform(logits.shape).log_().neg_().log_()
+    return segments_argmax(logits - gumbel, nvec)
 
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)

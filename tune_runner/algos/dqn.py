@@ -227,9 +227,9 @@ class DQN(SeedLearnerBase):
         """Gradient steps on `minibatches` ([K, batch] each), seed i on its first counts[i]; each seed's losses
         and mean |TD errors|, summed, [K, 2]. Minibatches of a prioritized replay (with `rows`) send their new
         |TD errors| back to it after each step."""
-        sums = np.zeros((self.num_seeds, len(LOSSES)))
+        sums, counts = np.zeros((self.num_seeds, len(LOSSES))), np.asarray(counts)
         for u, minibatch in enumerate(minibatches):
-            active = np.array([count > u for count in counts])
+            active = counts > u
             everyone = bool(active.all())
             losses = self._update(minibatch, None if everyone else active).numpy()
             sums += losses if everyone else np.where(active[:, None], losses, 0.0)

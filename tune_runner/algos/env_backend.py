@@ -8,9 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from tune_runner.algos.classic_control import CLASSIC_CONTROL
 from tune_runner.algos.learner_envs import SeedEnvs, make_vec_env, pick_env_backend
 from tune_runner.algos.torch_envs import TorchSeedEnvs, TorchVectorEnv
+
+SPACE_REPR_NUMBERS = 64
 
 
 def torch_env_class(env_id: str) -> type[TorchVectorEnv]:
@@ -34,7 +38,11 @@ def make_seed_envs(env_id: str, *, env_config: Mapping[str, Any] | None, seeds: 
     ensure_gym_id(env_id)
     if pick_env_backend(env_id, backend=backend, device=str(device), env_config=env_config,
                         vectorize_mode=vectorize_mode) == "gymnasium":
-        return SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed, num_envs=num_envs,
-                                      vectorize_mode=vectorize_mode, processes=processes) for seed in seeds])
+        # gymnasium's Box writes out its bounds for its repr when it is made: every number of every vector env's
+        # batched space, 0.9 s of building 256 CartPole seeds here (2026-11-28). Arrays over SPACE_REPR_NUMBERS
+        # numbers print summarised; a single env's space prints whole.
+        with np.printoptions(threshold=SPACE_REPR_NUMBERS):
+            return SeedEnvs([make_vec_env(env_id, env_config=env_config, seed=seed, num_envs=num_envs,
+                                          vectorize_mode=vectorize_mode, processes=processes) for seed in seeds])
     cls = torch_env_class(env_id)
     return TorchSeedEnvs(cls(len(seeds) * num_envs, device=device, **dict(env_config or {})), seeds=seeds)

@@ -149,6 +149,7 @@ class SeedLearnerBase(LearnerBase):
     env_config: Mapping[str, Any] | None
     device: Any
     members: list[Any] | None = None  # each seed's one-seed config, where the seeds' settings differ (a population)
+    streams: Any = None  # the seeds' seed_streams.CounterStreams, where the learner draws from them
 
     @property
     def num_seeds(self) -> int:
@@ -207,8 +208,11 @@ class SeedLearnerBase(LearnerBase):
 
     def seed_state(self, seed: int) -> dict[str, Any]:
         """What a one-seed learner of seed `seed` would save."""
+        rngs = self.rngs[seed].get_state()
+        if self.streams is not None:  # its draws so far: beside the generators' states, as one seed saves them
+            rngs["counter"] = self.streams.counter(seed)
         return {**{name: getattr(self, name).seed_state(seed) for name in self.networks},
-                "optimizer": self.optimizer.seed_state_dict(seed), "rngs": self.rngs[seed].get_state(),
+                "optimizer": self.optimizer.seed_state_dict(seed), "rngs": rngs,
                 "stats": self.stats.get_state(seed), "env_steps": int(self.seed_env_steps[seed]),
                 "env": self.env.envs[seed].get_state()}
 
@@ -219,6 +223,8 @@ class SeedLearnerBase(LearnerBase):
             getattr(self, name).load_seed_state(seed, state[name])
         self.optimizer.load_seed_state_dict(seed, state["optimizer"])
         self.rngs[seed].set_state(state["rngs"])
+        if self.streams is not None:  # a state saved before the streams existed: from their start
+            self.streams.set_counter(seed, state["rngs"].get("counter", 0))
         self.stats.set_state(seed, state["stats"])
         self.seed_env_steps[seed] = int(state["env_steps"])
         exact = self.env.envs[seed].set_state(state["env"], seed=self.rngs[seed].python.randrange(2**31))

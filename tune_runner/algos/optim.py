@@ -94,6 +94,7 @@ class SeedAdam:
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.params, self.num_seeds = list(params), num_seeds
         self.lr, self.betas, self.eps = lr, betas, eps
+        self.steps = np.zeros(num_seeds, dtype=np.int64)
         if num_seeds > 1 and any(p.shape[:1] != (num_seeds,) for p in self.params):
             raise ValueError(f"SeedAdam for {num_seeds} seeds needs parameters with the seed as their first axis, "
                              f"got shapes {[tuple(p.shape) for p in self.params]}")
@@ -109,7 +110,19 @@ class SeedAdam:
                 p.grad = self.grad[:, offset:offset + n].view(p.shape)  # backward adds into it in place
                 offset += n
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
-        self.steps = [0] * num_seeds  # Python ints: numpy's per-call cost shows in a one-seed step
+
+    @property
+    def lr(self) -> float | Sequence[float]:
+        """One lr for every seed, or one per seed."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float | Sequence[float]) -> None:
+        # Read once here, not in every step (the lr changes once an iteration): each seed's as an array, and the
+        # one they share, if they do
+        self._lr = value
+        self._lrs = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.num_seeds,))
+        self._one_lr = float(self._lrs[0]) if (self._lrs == self._lrs[0]).all() else None
 
     def zero_grad(self) -> None:
         self.grad.zero_()
@@ -124,15 +137,13 @@ class SeedAdam:
         """One Adam step of the seeds where `active` (default: all) is True; the others stay untouched."""
         if active is not None and not active.all():
             rows = np.flatnonzero(active)
-            for row in rows.tolist():
-                self.steps[row] += 1
+            self.steps[rows] += 1
             if len(rows):
                 self._step_rows(rows)
             return
-        self.steps = [step + 1 for step in self.steps]
-        lrs = [self.lr] * self.num_seeds if isinstance(self.lr, (int, float)) else list(self.lr)
-        if self.num_seeds == 1 or (len(set(lrs)) == 1 and len(set(self.steps)) == 1):
-            self._step_alike(self.steps[0], float(lrs[0]))
+        self.steps += 1
+        if self._one_lr is not None and (self.num_seeds == 1 or (self.steps == self.steps[0]).all()):
+            self._step_alike(int(self.steps[0]), self._one_lr)
         else:
             self._step_rows(None)
 
@@ -144,26 +155,25 @@ class SeedAdam:
         denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg, denom, value=-lr / (1 - beta1 ** step))
 
-    def _lrs(self) -> np.ndarray:
-        """Each seed's lr (`lr` is one float for all, or one per seed)."""
-        return np.broadcast_to(np.asarray(self.lr, dtype=np.float64), (self.num_seeds,))
-
     def _step_rows(self, rows: np.ndarray | None) -> None:
         """The step of `rows` (None: all), each with its own step count and lr. Each row gets exactly
         `_step_alike`'s bits (a refilled seed of a population must train as a one-seed learner of its values,
         issue 43, and one rounding apart grows chaotically in DQN): its bias corrections come from the same Python
-        float expressions, and its update is addcdiv's value * exp_avg / denom, value * exp_avg one tensor here."""
+        float expressions, once per step count the rows have (no loop over the seeds), and its update is addcdiv's
+        value * exp_avg / denom, value * exp_avg one tensor here."""
         beta1, beta2 = self.betas
-        which = list(range(self.num_seeds)) if rows is None else rows.tolist()
-        lrs = self._lrs()
+        steps, lrs = (self.steps, self._lrs) if rows is None else (self.steps[rows], self._lrs[rows])
+        counts, which = (steps[:1], np.zeros(len(steps), np.int64)) if (steps == steps[0]).all() else \
+            np.unique(steps, return_inverse=True)
+        corrections = np.array([[math.sqrt(1 - beta2 ** step), 1 - beta1 ** step] for step in counts.tolist()])
         index = None if rows is None else torch.as_tensor(rows, device=self.flat.device)
         grad, exp_avg, exp_avg_sq, flat = ((t if index is None else t[index])
                                            for t in (self.grad, self.exp_avg, self.exp_avg_sq, self.flat))
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         column = {"dtype": flat.dtype, "device": flat.device}
-        correction2 = torch.tensor([math.sqrt(1 - beta2 ** self.steps[i]) for i in which], **column)[:, None]
-        step_size = torch.tensor([-float(lrs[i]) / (1 - beta1 ** self.steps[i]) for i in which], **column)[:, None]
+        correction2 = torch.as_tensor(corrections[which, 0], **column)[:, None]
+        step_size = torch.as_tensor(-lrs / corrections[which, 1], **column)[:, None]
         flat.addcdiv_(exp_avg * step_size, (exp_avg_sq.sqrt() / correction2).add_(self.eps))
         if index is not None:  # t[index] made copies: write them back
             for target, value in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq), (self.flat, flat)):

@@ -29,7 +29,6 @@ seed does (to float rounding). With K = 1 this is the one-seed learner, op for o
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -60,14 +59,8 @@ from tune_runner.algos.normalize import ObsFilter, RewardScaler, normalized
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.ppo_loss import LOSSES, ppo_losses
 from tune_runner.algos.rollout import compute_gae, merge_rollouts, rollout_arrays
-from tune_runner.algos.seeds import (
-    SeedStats,
-    by_seed,
-    derived_seeds,
-    minibatch_plan,
-    seed_metrics,
-    standardized,
-)
+from tune_runner.algos.seed_streams import CounterStreams, SeedNoise, minibatch_plan
+from tune_runner.algos.seeds import SeedStats, by_seed, derived_seeds, seed_metrics, standardized
 from tune_runner.algos.spaces import PPO_ACTION_SPACES
 
 
@@ -75,15 +68,6 @@ def rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """tensor[index] for an index of any shape into the first axis: index_select on the flat index, which runs at
     about twice the speed of advanced indexing on a [K, width] index."""
     return tensor.index_select(0, index.reshape(-1)).view(*index.shape, *tensor.shape[1:])
-
-
-def init_layers(net: nn.Sequential, *, out_gain: float) -> nn.Sequential:
-    """Orthogonal init; a small policy head starts near uniform, which steadies the first updates."""
-    linears = [m for m in net if isinstance(m, nn.Linear)]
-    for layer in linears:
-        nn.init.orthogonal_(layer.weight, gain=out_gain if layer is linears[-1] else math.sqrt(2))
-        nn.init.zeros_(layer.bias)
-    return net
 
 
 class PPO(SeedLearnerBase):
@@ -104,6 +88,8 @@ class PPO(SeedLearnerBase):
                                   vectorize_mode=config.gym_env_vectorize_mode,
                                   processes=config.num_env_processes or 1)
         self.rngs = [Rngs(seed) for seed in self.seeds]
+        self.streams = CounterStreams(self.seeds, self.device)
+        self.noise = SeedNoise([rngs.torch for rngs in self.rngs], self.streams, self.device)
         self.pi, self.vf = self._networks()
         params = [*self.pi.parameters(), *self.vf.parameters()]
         self.continuous = self.env.continuous
@@ -158,20 +144,22 @@ class PPO(SeedLearnerBase):
         """Each seed's policy and value networks, initialised as a one-seed learner with its seed does; batched."""
         c, env, pairs = self.config, self.env, []
         model, model_config = image_model(c.model, c.model_config, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
-        for seed in self.seeds:
-            with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
-                torch.manual_seed(seed)
-                if model == BUILT_IN:
-                    sizes = [env.obs_dim, *c.fcnet_hiddens]
-                    pair = (init_layers(mlp([*sizes, env.num_actions], c.fcnet_activation), out_gain=0.01),
-                            init_layers(mlp([*sizes, 1], c.fcnet_activation), out_gain=1.0))
-                else:
-                    pair = tuple(build_model(model, num_inputs=env.obs_dim, num_outputs=n,
-                                             model_config=model_config) for n in (env.num_actions, 1))
-            pairs.append([net.to(self.device) for net in pair])
+        with torch.random.fork_rng(devices=[]):  # seeded init without moving the global torch stream
+            # Orthogonal init (batched.orthogonal_mlps); a small policy head starts near uniform, which steadies the
+            # first updates
+            if model == BUILT_IN:
+                sizes = [env.obs_dim, *c.fcnet_hiddens]
+                nets = [(mlp([*sizes, n], c.fcnet_activation), gain) for n, gain in ((env.num_actions, 0.01), (1, 1.0))]
+                pi, vf = batched.orthogonal_mlps(self.seeds, nets, device=self.device)
+                return pi, vf
+            for seed in self.seeds:
+                # The CPU generator, which draws the init (the nets are made on the CPU): torch.manual_seed also
+                # queues every CUDA generator's, a traceback each, a tenth of building 1024 seeds without CUDA
+                torch.default_generator.manual_seed(seed)
+                pair = tuple(build_model(model, num_inputs=env.obs_dim, num_outputs=n, model_config=model_config)
+                             for n in (env.num_actions, 1))
+                pairs.append(pair if self.device.type == "cpu" else [net.to(self.device) for net in pair])
         pis, vfs = zip(*pairs, strict=True)
-        if model == BUILT_IN:
-            return batched.BatchedMLP(pis), batched.BatchedMLP(vfs)
         return (batched.StackedModule(pis, num_inputs=env.obs_dim, name=model),
                 batched.StackedModule(vfs, num_inputs=env.obs_dim, name=model))
 
@@ -239,34 +227,35 @@ class PPO(SeedLearnerBase):
         finished episodes' `episode_returns` / `episode_lens` / `episode_seeds`. Counts them into this
         learner's stats. Values are left to `learn`, in one batched pass.
         """
-        env, generators, finished = self.env, [rngs.torch for rngs in self.rngs], []
+        env, noise, finished = self.env, self.noise, []
         buf = self._rollout_buffers(-(-num_steps // env.envs_per_seed))
-        log_std = (self._sde_log_std() if self.sde else self.log_std(3)).cpu() if self.continuous else None
+        log_std = (self._sde_log_std() if self.sde else self.log_std(3)) if self.continuous else None
         obs_filter, scaler, nvec = self.obs_filter, self.reward_scaler, env.nvec
         every = self.config.sde_sample_freq
         for t in range(len(buf["rewards"])):
             buf["obs"][t], mask = env.obs if obs_filter is None else obs_filter(env.obs, update=True), None
             if env.masked:
                 buf["mask"][t] = mask = env.mask
+            # Actions on the learner's device, with each seed's noise drawn there (seed_streams.SeedNoise)
             if self.sde:  # noise = features @ E, E drawn per env at the rollout's start and every `every` steps
                 if t == 0 or (every > 0 and t % every == 0):
-                    noise = log_std.exp().unsqueeze(1) * batched.seed_normal(
-                        (self.num_seeds, env.envs_per_seed, *log_std.shape[1:]), generators)
-                features, mean = (x.cpu() for x in self.pi.forward_features(self._by_seed(buf["obs"][t])))
-                actions = mean + (features.unsqueeze(-2) @ noise).squeeze(-2)
-                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
-                buf["logp"][t] = gaussian_logp(actions, mean, sde_log_std(features, log_std)).view(-1).numpy()
+                    sde_noise = log_std.exp().unsqueeze(1) * noise.normal(
+                        (self.num_seeds, env.envs_per_seed, *log_std.shape[1:]))
+                features, mean = self.pi.forward_features(self._by_seed(buf["obs"][t]))
+                actions = mean + (features.unsqueeze(-2) @ sde_noise).squeeze(-2)
+                buf["actions"][t] = actions.view(-1, env.num_actions).cpu().numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, sde_log_std(features, log_std)).view(-1).cpu().numpy()
             elif self.continuous:  # [K, n, size]: the unclipped sample is kept, the env clips it
-                mean = self.pi(self._by_seed(buf["obs"][t])).cpu()
-                actions = mean + log_std.exp() * batched.seed_normal(mean.shape, generators)
-                buf["actions"][t] = actions.view(-1, env.num_actions).numpy()
-                buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).numpy()
+                mean = self.pi(self._by_seed(buf["obs"][t]))
+                actions = mean + log_std.exp() * noise.normal(mean.shape)
+                buf["actions"][t] = actions.view(-1, env.num_actions).cpu().numpy()
+                buf["logp"][t] = gaussian_logp(actions, mean, log_std).view(-1).cpu().numpy()
             else:  # [K, n] actions, or [K, n, numbers] of a MultiDiscrete space
                 out = self.pi(self._by_seed(buf["obs"][t]))
-                logp_all = segments_log_softmax(masked_logits(out, self._by_seed(mask)), nvec).cpu()
-                actions = sample_seed_actions(logp_all, generators=generators, nvec=nvec)
-                buf["actions"][t] = actions.view(-1, *actions.shape[2:]).numpy()
-                buf["logp"][t] = segments_gather(logp_all, actions, nvec).view(-1).numpy()
+                logp_all = segments_log_softmax(masked_logits(out, self._by_seed(mask)), nvec)
+                actions = sample_seed_actions(logp_all, noise=noise, nvec=nvec)
+                buf["actions"][t] = actions.view(-1, *actions.shape[2:]).cpu().numpy()
+                buf["logp"][t] = segments_gather(logp_all, actions, nvec).view(-1).cpu().numpy()
             step = env.step(buf["actions"][t])
             buf["rewards"][t], buf["terminated"][t], buf["truncated"][t], buf["valid"][t] = step
             if scaler is not None:
@@ -315,11 +304,10 @@ class PPO(SeedLearnerBase):
                    for key, value in data.items()}
         sums, updates = torch.zeros(k, len(LOSSES)), np.zeros(k, dtype=np.int64)
         for mb in minibatch_plan(counts, num_epochs=c.num_epochs, minibatch_size=c.minibatch_size,
-                                 rngs=[rngs.numpy for rngs in self.rngs]):
+                                 streams=self.streams):  # on the learner's device
             # One seed trains on [width, ...] tensors, without the seed axis: the graph is the one-seed learner's
-            index = to_tensor(mb.index[0] if k == 1 else mb.index, self.device)
-            mask = None if mb.mask is None else to_tensor(mb.mask, self.device)
-            losses = self._update({key: rows(value, index) for key, value in tensors.items()}, mask=mask,
+            index = mb.index[0] if k == 1 else mb.index
+            losses = self._update({key: rows(value, index) for key, value in tensors.items()}, mask=mb.mask,
                                   active=mb.active)
             sums += losses if mb.mask is None else losses * torch.as_tensor(mb.active, dtype=losses.dtype)[:, None]
             updates += mb.active

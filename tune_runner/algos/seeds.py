@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -221,48 +221,3 @@ def standardized(values: np.ndarray, counts: Sequence[int]) -> np.ndarray:
             out[start:start + count] = (own - own.mean()) / (own.std() + 1e-8)
         start += count
     return out
-
-
-class Minibatch(NamedTuple):
-    """One gradient step of K seeds: the rows each seed trains on, padded to one width."""
-
-    index: np.ndarray
-    """[K, width] rows of the data (seed-major); a padded place repeats one of the seed's own rows."""
-    mask: np.ndarray | None
-    """[K, width] 1.0 on real rows, 0.0 on padding; None when no seed is padded (the plain mean applies)."""
-    active: np.ndarray
-    """[K] bool: the seed has a minibatch at this step (the others must not take an optimizer step)."""
-
-
-def minibatch_plan(counts: Sequence[int], *, num_epochs: int, minibatch_size: int,
-                   rngs: Sequence[np.random.Generator]) -> list[Minibatch]:
-    """K seeds' minibatches over their own rows, as one sequence of steps.
-
-    Seed i owns rows offset_i .. offset_i + counts[i] - 1 of the data. As a one-seed learner does, it
-    draws a permutation of its rows per epoch from its own generator (none when it has no rows) and
-    cuts it into pieces of `minibatch_size` (the last one shorter). Step u holds each seed's u-th
-    piece, so seed i's sequence of minibatches is exactly the one it has alone, whatever the others'.
-    """
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    pieces: list[list[np.ndarray]] = []
-    for count, offset, rng in zip(counts, offsets, rngs, strict=True):
-        own = []
-        for _ in range(num_epochs if count else 0):
-            order = rng.permutation(int(count)) + offset
-            own.extend(order[start:start + minibatch_size] for start in range(0, int(count), minibatch_size))
-        pieces.append(own)
-    plan, everyone = [], np.ones(len(counts), dtype=bool)
-    for u in range(max(map(len, pieces))):
-        parts = [own[u] if u < len(own) else offsets[:0] for own in pieces]
-        sizes = [len(part) for part in parts]
-        width = max(sizes)
-        if min(sizes) == width:  # the usual step: every seed a piece of the same size, nothing to pad
-            plan.append(Minibatch(np.stack(parts), None, everyone))
-            continue
-        index = np.empty((len(parts), width), dtype=np.int64)
-        for i, part in enumerate(parts):
-            index[i, :len(part)] = part
-            index[i, len(part):] = part[0] if len(part) else (offsets[i] if counts[i] else 0)
-        sizes = np.array(sizes)
-        plan.append(Minibatch(index, (np.arange(width) < sizes[:, None]).astype(np.float32), sizes > 0))
-    return plan

@@ -12,7 +12,8 @@ that seed's envs, its reset count, the number's index): integer tensor ops only,
 numbers, and one call draws every env's. Seed i's envs thus start where they would alone, whatever the other
 seeds do, and the env state is four tensors (state, steps, ending flags, reset counts) plus the keys. The starts
 are drawn for `POOL` resets of every env at once and refilled every POOL // 2 steps (an env resets at most every
-other step), so a step costs one gather, not a hash.
+other step), so a step costs one gather, not a hash; seeding or restoring envs draws their starts alone and leaves
+the pool to the next step.
 
 `TorchSeedEnvs` is what our learners step: learner_envs.SeedEnvs' interface (numpy observations and a `Step`),
 with one `TorchSeedPart` per seed for its checkpoints.
@@ -34,18 +35,18 @@ POOL = 16  # resets drawn ahead per env; refilled every POOL // 2 steps
 _MASK32 = 0xFFFFFFFF
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x * c mod 2**32 for int64 x in [0, 2**32): in two 16-bit halves of c, so no product leaves int64."""
-    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _MASK32
-
-
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (Wellons' lowbias32) of int64 values in [0, 2**32)."""
+    """A 32-bit integer hash (Wellons' lowbias32) of int64 values in [0, 2**32).
+
+    x * c mod 2**32 is the int64 product masked: it wraps mod 2**64 (on every device torch runs on), which keeps
+    its low 32 bits. In place on a fresh tensor: a pool of 65,536 envs hashes 8 M words, and splitting c into
+    16-bit halves, one fresh tensor per op, made that most of building 1024 seeds' learner (2026-11-28)."""
     x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    x.mul_(0x7FEB352D).bitwise_and_(_MASK32)
+    x ^= x >> 15
+    x.mul_(0x846CA68B).bitwise_and_(_MASK32)
+    x ^= x >> 16
+    return x
 
 
 def env_keys(seeds: Sequence[int], envs_per_seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -62,8 +63,8 @@ def hashed_uniform(keys: torch.Tensor, counts: torch.Tensor, size: int) -> torch
     the env with `keys` (broadcast against counts)."""
     reset = mix32(keys ^ mix32(counts & _MASK32) ^ mix32((counts >> 32) + 0x27D4EB2F & _MASK32))
     words = mix32(reset[..., None] ^ mix32(torch.arange(1, 2 * size + 1, dtype=torch.int64, device=keys.device)))
-    high, low = words[..., 0::2] >> 5, words[..., 1::2] >> 6  # 27 and 26 bits
-    return (high * 67108864 + low).to(torch.float64) / 9007199254740992.0
+    high = (words[..., 0::2] >> 5).mul_(67108864).add_(words[..., 1::2] >> 6)  # 27 and 26 bits
+    return high.to(torch.float64).div_(9007199254740992.0)
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -128,8 +129,8 @@ class TorchVectorEnv:
             raise ValueError(f"{len(seeds)} seeds of {envs_per_seed} envs are not this env's {self.num_envs} envs")
         self.keys = env_keys(seeds, envs_per_seed, self.device)
         self.resets = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
-        self._refill()
-        self.state = self._pool[:, 0]
+        self.state = self.start(hashed_uniform(self.keys, self.resets, self.draws))
+        self._stale()
         self.elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self.ending = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.obs = self.observe(self.state)
@@ -138,6 +139,11 @@ class TorchVectorEnv:
     def reset(self, *, seed: int = 0) -> torch.Tensor:
         """Every env from a fresh start drawn with `seed`; the observations."""
         return self.seed([seed], self.num_envs)
+
+    def _stale(self) -> None:
+        """The pool no longer fits the envs: the next step refills it (a function of keys and reset counts alone, so
+        building or restoring envs need not draw POOL resets of every env, and twice)."""
+        self._since = POOL // 2
 
     def _refill(self) -> None:
         counts = self.resets[:, None] + torch.arange(POOL, device=self.device)
@@ -185,7 +191,7 @@ class TorchVectorEnv:
             tensor = getattr(self, name).clone()
             tensor[envs] = torch.as_tensor(state[name]).to(self.device)
             setattr(self, name, tensor)
-        self._refill()  # the pool is a function of the keys and reset counts alone
+        self._stale()
         self.obs = self.observe(self.state)
 
 
