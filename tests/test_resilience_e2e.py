@@ -364,3 +364,53 @@ def test_a_results_folder_that_fills_stops_the_search_with_what_to_free_and_resu
     result = cli(*words[1:])
     assert result.status == 0, result.out + result.err
     assert_finished_without_restarts(exp, 3)
+
+
+def test_a_running_search_refuses_a_second_process_that_resumes_it(ray_session, cli, _isolated_home, tmp_path):
+    """`tune-rl resume NAME` while another process runs that search: one line naming that process, exit 2, and the
+    search itself finishes untouched."""
+    space = slow_oracle(tmp_path / "r.yaml")
+    proc = start_driver(_isolated_home, "search", "--space", str(space), "--name", "rr", "--num-cpus", "2")
+    try:
+        wait_for(proc, "25%")
+        second = cli("resume", "rr")
+        assert second.status == 2 and second.out == "", second.out + second.err
+        assert second.err.strip() == (f"tune-rl: rr: another tune-rl process (pid {proc.pid}) is running this search "
+                                      f"now; wait for it to end, or stop it, then run this again"), second.err
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert_finished_without_restarts(_isolated_home / "results" / "rr", 3)
+
+
+def test_two_searches_on_the_default_store_at_once_both_finish_complete(ray_session, _isolated_home, tmp_path):
+    """Two drivers, each with its local Ray, logging to the one default SQLite store at once: both finish, and the
+    store holds each one's parent run and its every trial's run with its whole curve."""
+    from mlflow.tracking import MlflowClient
+
+    procs = [start_driver(_isolated_home, "search", "--space", str(slow_oracle(tmp_path / f"{name}.yaml")), "--name",
+                          name, "--num-cpus", "1") for name in ("two-a", "two-b")]
+    outs = [proc.communicate(timeout=240)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    client = MlflowClient(f"sqlite:///{_isolated_home / 'mlflow.db'}")
+    for name in ("two-a", "two-b"):
+        exp = _isolated_home / "results" / name
+        runs = client.search_runs([client.get_experiment_by_name(name).experiment_id], max_results=100)
+        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        assert len(runs) == 4 and len(children) == 3 and {r.info.status for r in runs} == {"FINISHED"}
+        for run in children:
+            history = client.get_metric_history(run.info.run_id, "episode_return_mean")
+            assert sorted(m.step for m in history) == steps_by_trial_id(exp)[run.data.tags["tune_rl.trial_id"]]
+
+
+def steps_by_trial_id(exp: Path) -> dict[str, list[int]]:
+    """Per trial id, the env steps of its results (result.json)."""
+    import json
+
+    out = {}
+    for trial in (p for p in exp.iterdir() if (p / "result.json").is_file()):
+        rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines() if line.strip()]
+        out[rows[0]["trial_id"]] = sorted(int(r["env_steps"]) for r in rows)
+    return out

@@ -273,3 +273,35 @@ def test_resume_with_no_plugins_keeps_discovery_off_and_refuses_a_search_that_im
     assert refused.status == 2 and len(no_run) == 1
     assert refused.err.strip() == (f"tune-rl: --no-plugins: search exp (resumed) names plug-in files, code the "
                                    f"search would import ({plugin}); read them, then run without --no-plugins")
+
+
+def test_a_search_running_in_another_process_cannot_be_resumed_at_the_same_time(tmp_path):
+    """The run lock (resume.hold): a process that holds it, as a running search or resume does, makes a second one
+    refused in one line naming that process; once it ends (even by kill -9, the kernel lets go), the lock is free."""
+    import subprocess
+    import sys
+    import time
+
+    from tune_runner.errors import UserError
+    from tune_runner.tuning import resume
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from tune_runner.tuning import resume; resume.hold(Path(sys.argv[1])); "
+                               "print('held', flush=True); time.sleep(60)", str(folder)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError) as caught:
+            resume.hold(folder)
+        assert str(caught.value) == (f"s: another tune-rl process (pid {holder.pid}) is running this search now; "
+                                     f"wait for it to end, or stop it, then run this again")
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    resume.hold(folder)  # free again
+    resume.release()
+    resume.hold(folder)  # and let go by release, for the next search of this process
+    resume.release()

@@ -28,6 +28,7 @@ FINISHED_MARK = "tune_rl_finished.json"  # written when a search has run to its 
 BUNDLE_FILE = "best.yaml"  # the exported best config
 CHECKPOINT_FILE = "learner.pkl"  # our ppo/dqn (or a user's agent) in a checkpoint_NNNNNN folder
 REPORT_FOLDER = "report"  # tune-rl report's HTML (and the artifact folder of the parent run)
+RUN_LOCK = ".tune_rl_running"  # held (flock) by the one process running the search; it names that process
 SPOOL_FILE = "tune_rl_mlflow_spool.pkl"  # MLflow calls that wait while the store is away (tracking/spool.py)
 REEVALUATION_FILE = "reevaluation.json"  # the re-evaluation's ranking, in the search's folder and its report
 SHIPPED = ("search_spaces", "schedulers", "envs")

@@ -9,6 +9,7 @@ store). No secret is written: a password or token in a URI is saved as *** and m
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,37 @@ read_spec, saved_spec, read_run = saved.read_spec, saved.saved_spec, saved.read_
 def new_search_id() -> str:
     """The id a search's MLflow parent run is tagged with, so that a resume finds it wherever the folder is."""
     return uuid.uuid4().hex
+
+
+_HELD: list[Any] = []  # the run locks this process holds, until its search ends (or it dies: the kernel lets go)
+
+
+def hold(folder: Path) -> None:
+    """Take the search's run lock (an flock on its folder's RUN_LOCK file, held until this process ends): a second
+    process that resumes (or syncs into) a search while one runs it is refused in one line, naming it."""
+    import fcntl
+
+    path = folder / paths.RUN_LOCK
+    f = open(path, "a+")  # noqa: SIM115 - kept open for the life of the process
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise UserError(f"{folder.name}: another tune-rl process (pid {pid}) is running this search now; wait for "
+                        f"it to end, or stop it, then run this again") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    _HELD.append(f)
+
+
+def release() -> None:
+    """Let go of the run locks this process took (its search has ended)."""
+    while _HELD:
+        _HELD.pop().close()
 
 
 def locate(ref: str, *, where: storage.Storage | None) -> Path:

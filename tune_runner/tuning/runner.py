@@ -129,10 +129,21 @@ def experiment_name(spec: ExperimentSpec, options: RunOptions, *, suffix: str = 
 def run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None = None, suffix: str = "",
         record: Backend | None = None) -> Outcome:
     """Validate, launch, track, select the best trial and export it. `record`: the spec's trainable, where the
-    caller has resolved it already (preflight.prepare); the one record is what every later stage asks."""
+    caller has resolved it already (preflight.prepare); the one record is what every later stage asks. The
+    search's folder is locked while it runs (resume.hold): a second process that resumes it is refused."""
+    try:
+        return _run(spec, options, out=out, suffix=suffix, record=record)
+    finally:
+        resume.release()
+
+
+def _run(spec: ExperimentSpec, options: RunOptions, *, out: TextIO | None, suffix: str,
+         record: Backend | None) -> Outcome:
     out = out or sys.stdout
     quiet_logs(verbose=options.verbose)
     prepared, name, exp_path, options = _checked(spec, options, suffix=suffix, record=record)
+    if options.resume:
+        resume.hold(exp_path)  # one process at a time: a second resume of it is refused here
     spec = prepared.spec
     started = time.monotonic()
     console.header(spec, name, out)
@@ -223,6 +234,7 @@ def _checked_on_ray(prepared: Prepared, options: RunOptions, exp_path: Path, *, 
     _note_storage(options, out)
     if not options.resume:
         resume.save(exp_path, spec=prepared.spec, options=options)
+        resume.hold(exp_path)
 
 
 def _open_store(uri: str, *, warm: Sequence[str] = ()) -> Future:

@@ -20,11 +20,22 @@ from tune_runner.tracking.uri import redacted
 
 
 def sync(name: str, *, where: storage.Storage | None, mlflow_uri: str | None, out: TextIO) -> ExitStatus:
-    """Write search `name`'s spooled MLflow calls; one line says what was written."""
-    from tune_runner.tracking import spool as spooled
+    """Write search `name`'s spooled MLflow calls; one line says what was written. Not while the search itself
+    runs (it writes its spool): its run lock is taken for the while (resume.hold)."""
     from tune_runner.tuning import resume
 
     folder = resume.locate(name, where=where)
+    resume.hold(folder)
+    try:
+        return _sync(folder, where=where, mlflow_uri=mlflow_uri, out=out)
+    finally:
+        resume.release()
+
+
+def _sync(folder: Path, *, where: storage.Storage | None, mlflow_uri: str | None, out: TextIO) -> ExitStatus:
+    from tune_runner.tracking import spool as spooled
+    from tune_runner.tuning import resume
+
     path = folder / SPOOL_FILE
     if not path.is_file():
         print(f"sync       nothing to write: {folder.name} holds no MLflow calls that waited for the store",
