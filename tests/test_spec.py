@@ -223,3 +223,14 @@ def test_stop_at_ends_a_trial_that_reached_the_target():
     assert spec.ending({"env_steps": 500, "episode_return_mean": 20.0}) == "stopped_early"
     low = spec.with_overrides(mode="min", stop_at=10.0)
     assert low.reached({"episode_return_mean": 9.0}) and not low.reached({"episode_return_mean": 11.0})
+
+
+def test_a_saved_spec_with_a_searched_env_config_key_loads_again():
+    """as_dict writes `env_config: {}` beside `space: {env_config.K: ...}`: an empty mapping is no second place."""
+    from tune_runner.spec.experiment import build_spec
+    from tune_runner.spec.saved import saved_spec
+
+    spec = build_spec({"trainable": "oracle", "env": "CartPole-v1", "budget": {"env_steps": 1000},
+                       "space": {"env_config.size": {"grid": [3, 7]}}}, name="s", source="s.yaml")
+    again = saved_spec(spec.as_dict(), where="tune_rl_spec.yaml", fix="x")
+    assert again.searched == ("env_config.size",) and again.env_config == {}

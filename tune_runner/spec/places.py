@@ -78,8 +78,11 @@ def places(section: dict, *, at: str = "") -> list[tuple[tuple[str, ...], str]]:
 
 
 def _leaves(path: tuple[str, ...], value: Any, place: str) -> list[tuple[tuple[str, ...], str]]:
-    """A mapping's values, each with its own path (a mapping value nests); any other value is one leaf."""
-    if not isinstance(value, dict) or not value:
+    """A mapping's values, each with its own path (a mapping value nests); any other value is one leaf. An empty
+    mapping gives no value (a saved spec writes `env_config: {}` beside a searched `space.env_config.K`)."""
+    if isinstance(value, dict) and not value:
+        return []
+    if not isinstance(value, dict):
         return [(path, place)]
     return [leaf for key, inner in value.items()
             for leaf in _leaves((*path, *str(key).split(".")), inner, f"{place}.{key}")]
