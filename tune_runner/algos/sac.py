@@ -217,41 +217,38 @@ class SAC(SeedLearnerBase):
         return noise
 
     def _update(self, sample: Mapping[str, np.ndarray], active: np.ndarray) -> torch.Tensor:
-        """One gradient step of each active seed on its minibatch ([K, batch, ...] arrays): the critics, their
-        targets' polyak step, then the policy and the temperature; the losses [K, 4]."""
+        """One gradient step of each active seed on its minibatch ([K, batch, ...] arrays); the losses [K, 4].
+
+        Every loss comes from this step's parameters and one backward pass gives every gradient, as RLlib's SAC
+        computes them (SB3 steps the critics first and takes the policy's loss from the stepped ones): the policy
+        acts on the minibatch's observations and next observations in one pass, and its loss reads the Q networks
+        through their detached weights (`TwinQ.detached`), so it moves the policy alone. Then each Adam steps and
+        the targets take their polyak step.
+        """
         everyone = bool(active.all())
         s = {key: to_tensor(self._normalized(v, True) if key in ("obs", "next_obs") else v, self.device)
              for key, v in sample.items()}
         n, a = s["rewards"].shape[1], self.action_dim
-        noise = self._noise((2 * n, a), active)
-        alpha = self.log_alpha.weight.detach().view(-1, 1).exp()  # [K, 1], before this step's update
+        both, logp_both = squashed_sample(self.pi(torch.cat([s["obs"], s["next_obs"]], 1)), self._noise((2 * n, a),
+                                                                                                          active))
+        actions, logp = both[:, :n], logp_both[:, :n]
+        log_alpha = self.log_alpha.weight.view(-1, 1)
+        alpha = log_alpha.detach().exp()  # [K, 1]
         with torch.no_grad():
-            next_actions, next_logp = squashed_sample(self.pi(s["next_obs"]), noise[:, n:])
-            next_q = self.q_target(s["next_obs"], next_actions).min(1).values - alpha * next_logp
+            next_q = self.q_target(s["next_obs"], both[:, n:]).min(1).values - alpha * logp_both[:, n:]
             target = s["rewards"] + self.gamma * (1.0 - s["terminated"]) * next_q
-        q = self.q(s["obs"], s["actions"])
-        qf_loss = 0.5 * (q - target.unsqueeze(1)).square().mean(-1).sum(1)  # SB3: half the sum of both MSEs
-        q_opt = self.optimizer.parts["q"]
-        q_opt.zero_grad()
-        qf_loss.sum().backward()  # the seeds (and twins) share no parameter: each its own gradient
-        q_opt.step(None if everyone else active.repeat(2))
+        qf_loss = 0.5 * (self.q(s["obs"], s["actions"]) - target.unsqueeze(1)).square().mean(-1).sum(1)  # SB3's
+        policy_loss = (alpha * logp - self.q.detached(s["obs"], actions).min(1).values).mean(-1)
+        alpha_loss = -(log_alpha * (logp.detach() - a)).mean(-1)  # target entropy -A
+        parts = self.optimizer.parts
+        for optimizer in parts.values():
+            optimizer.zero_grad()
+        (qf_loss + policy_loss + alpha_loss).sum().backward()  # no parameter in two losses, none in two seeds
+        parts["q"].step(None if everyone else active.repeat(2))
+        parts["pi"].step(None if everyone else active)
+        parts["alpha"].step(None if everyone else active)
         with torch.no_grad():
             self._target_flat.lerp_(self._q_flat, self.tau if everyone else self._idle_tau(active))
-        actions, logp = squashed_sample(self.pi(s["obs"]), noise[:, :n])
-        self.q.requires_grad_(False)
-        try:
-            q_pi = self.q(s["obs"], actions).min(1).values
-        finally:
-            self.q.requires_grad_(True)
-        policy_loss = (alpha * logp - q_pi).mean(-1)
-        log_alpha = self.log_alpha.weight.view(-1, 1)
-        alpha_loss = -(log_alpha * (logp.detach() - a)).mean(-1)  # target entropy -A
-        pi_opt, alpha_opt = self.optimizer.parts["pi"], self.optimizer.parts["alpha"]
-        pi_opt.zero_grad()
-        alpha_opt.zero_grad()
-        (policy_loss.sum() + alpha_loss.sum()).backward()
-        pi_opt.step(None if everyone else active)
-        alpha_opt.step(None if everyone else active)
         return torch.stack([qf_loss, policy_loss, alpha_loss, -logp.mean(-1)], -1).detach()
 
     def _idle_tau(self, active: np.ndarray) -> torch.Tensor:
@@ -272,7 +269,9 @@ class SAC(SeedLearnerBase):
     def train_iteration(self, source: Any = None) -> dict[str, float]:
         """At least 1000 env steps per seed in rounds of one vector step, each with the lrs from the schedule and
         the gradient steps each seed earned; our metric names, per seed and aggregated when there are several.
-        The losses are left out of a seed's iteration without a gradient step."""
+        The losses are left out of a seed's iteration without a gradient step. No rollout mode (`source`) yet."""
+        if source is not None:
+            raise ValueError("sac trains on its own envs, without rollout workers: set num_env_runners: 0")
         start, sampled, k = time.perf_counter(), 0, self.num_seeds
         sums, updates = np.zeros((k, len(LOSSES))), np.zeros(k, dtype=np.int64)
         per_round = self.env.envs_per_seed

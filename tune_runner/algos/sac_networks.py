@@ -40,12 +40,25 @@ class TwinQ(nn.Module):
         super().__init__()
         self.num_seeds = len(nets) // 2
         self.net = batched.BatchedMLP(nets)
+        self.activation = next((m for m in nets[0] if not isinstance(m, nn.Linear)), None)  # parameter-free
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[K, batch, obs], [K, batch, A] -> [K, 2, batch]."""
         k, n = obs.shape[:2]
         x = torch.cat([obs, actions], -1).unsqueeze(1).expand(k, 2, n, -1).reshape(2 * k, n, -1)
         return self.net(x).view(k, 2, n)
+
+    def detached(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """`forward` through the weights detached: a gradient reaches the inputs (the policy's actions), never the
+        Q networks; BatchedMLP's ops, so the numbers are forward's."""
+        k, n = obs.shape[:2]
+        x = torch.cat([obs, actions], -1).unsqueeze(1).expand(k, 2, n, -1).reshape(2 * k, n, -1)
+        params = [p.detach() for p in self.net.params]
+        for i in range(0, len(params), 2):
+            x = torch.baddbmm(params[i + 1].unsqueeze(1), x, params[i].transpose(1, 2))
+            if i + 2 < len(params):
+                x = self.activation(x)
+        return x.view(k, 2, n)
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         return {f"q{j + 1}.{key}": value for j in range(2) for key, value in self.net.seed_state(2 * seed + j).items()}
