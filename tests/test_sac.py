@@ -88,6 +88,22 @@ def test_a_population_of_three_configs_trains_each_as_its_own_config_would_alone
     assert len(set(alphas)) == 3  # the temperatures' own lrs took
 
 
+def test_a_refilled_member_trains_as_a_fresh_one_seed_learner_of_its_values():
+    """A population trial's refill (replace_member): seed 1 starts over with new values, as a one-seed learner of
+    them would start, while the others go on."""
+    population = {"lr": [1e-3, 3e-3, 5e-4], "tau": [0.005, 0.05, 0.02]}
+    together = SAC(config(seed=7, num_seeds=3, population=population), env_id=PENDULUM)
+    together.train_iteration()
+    before = together.get_state()["seeds"][0]
+    together.replace_member(1, {"lr": 2e-3, "tau": 0.01})
+    assert same_state(together.get_state()["seeds"][0], before)  # the others untouched
+    fresh = SAC(together.config.member(1), env_id=PENDULUM)
+    assert (fresh.config.lr, fresh.config.tau) == (2e-3, 0.01)
+    result, own = together.train_iteration(), fresh.train_iteration()
+    assert result["seed_1/env_steps"] == own["env_steps"] and result["seed_1/qf_loss"] == own["qf_loss"]
+    close(together, 1, fresh)
+
+
 @pytest.mark.parametrize("overrides", [{}, {"observation_filter": "MeanStdFilter"}], ids=["plain", "normalized"])
 def test_a_checkpoint_mid_training_continues_exactly(overrides):
     original = SAC(config(num_seeds=2, **overrides), env_id=PENDULUM)
