@@ -70,7 +70,8 @@ class SAC(SeedLearnerBase):
         self.rngs = [Rngs(seed) for seed in self.seeds]
         self.action_dim, self.obs_dim = env.num_actions, env.obs_dim
         self.pi, self.q, self.q_target = self._networks()
-        self.log_alpha = batched.SeedVector([torch.full((1,), math.log(config.initial_alpha))] * self.num_seeds)
+        start = torch.full((1,), math.log(config.initial_alpha), device=self.device)
+        self.log_alpha = batched.SeedVector([start] * self.num_seeds)
         self.members = [config.member(i) for i in range(self.num_seeds)] if config.population else None
         k = self.num_seeds
         self.optimizer = SACOptimizers(SeedAdam(list(self.pi.parameters()), num_seeds=k, lr=scheduled(config.lr, 0)),
@@ -208,13 +209,14 @@ class SAC(SeedLearnerBase):
         return counts
 
     def _noise(self, shape: tuple[int, ...], active: np.ndarray) -> torch.Tensor:
-        """Standard normal noise [K, *shape], seed i's from its own generator; zeros (no draw) for idle seeds."""
+        """Standard normal noise [K, *shape] on the learner's device, seed i's from its own (CPU) generator; zeros
+        (no draw) for idle seeds."""
         if self.num_seeds == 1:
-            return torch.randn(shape, generator=self.rngs[0].torch).unsqueeze(0)
+            return torch.randn(shape, generator=self.rngs[0].torch).unsqueeze(0).to(self.device)
         noise = torch.zeros(self.num_seeds, *shape)
         for i in np.flatnonzero(active).tolist():
             torch.randn(shape, generator=self.rngs[i].torch, out=noise[i])
-        return noise
+        return noise.to(self.device)
 
     def _update(self, sample: Mapping[str, np.ndarray], active: np.ndarray) -> torch.Tensor:
         """One gradient step of each active seed on its minibatch ([K, batch, ...] arrays); the losses [K, 4].
@@ -249,12 +251,13 @@ class SAC(SeedLearnerBase):
         parts["alpha"].step(None if everyone else active)
         with torch.no_grad():
             self._target_flat.lerp_(self._q_flat, self.tau if everyone else self._idle_tau(active))
-        return torch.stack([qf_loss, policy_loss, alpha_loss, -logp.mean(-1)], -1).detach()
+        return torch.stack([qf_loss, policy_loss, alpha_loss, -logp.mean(-1)], -1).detach().cpu()
 
     def _idle_tau(self, active: np.ndarray) -> torch.Tensor:
         """tau per Q network row, 0 for the idle seeds' (their targets stay as they were)."""
-        tau = self.tau if isinstance(self.tau, torch.Tensor) else torch.full((2 * self.num_seeds, 1), self.tau)
-        return tau * torch.as_tensor(active.repeat(2), dtype=tau.dtype)[:, None]
+        tau = self.tau if isinstance(self.tau, torch.Tensor) else torch.full((2 * self.num_seeds, 1), self.tau,
+                                                                              device=self.device)
+        return tau * torch.as_tensor(active.repeat(2), dtype=tau.dtype, device=self.device)[:, None]
 
     def train_on(self, minibatches: Sequence[Mapping[str, np.ndarray]], counts: Sequence[int]) -> np.ndarray:
         """Gradient steps on `minibatches` ([K, batch] each), seed i on its first counts[i]; the summed losses
