@@ -210,7 +210,7 @@ def test_bad_space_file(path, cli, untouched):
     (["search", "--space", "oracle", "--mlflow-uri", "file:///proc/mlruns"],
      ["--mlflow-uri file:///proc/mlruns: cannot write the store's folder (/proc: No such file or"]),
     (["search", "--space", "oracle", "--register-model", "policy"],
-     ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn)"]),
+     ["--register-model policy: the policy of trainable oracle is not exported as a model (only ppo, dqn, sac)"]),
     (["search", "--space", "ppo_small", "--register-model", "a/b"], ["--register-model 'a/b': a model name without"]),
     (["dashboard", "--mlflow-uri", "ftp://host/mlflow"], ["--mlflow-uri ftp://host/mlflow: unknown scheme 'ftp'"]),
     (["dashboard", "--mlflow-uri", "http://127.0.0.1:9"],

@@ -62,6 +62,7 @@ def test_space_scheduler_and_searcher_names(bash_script):
     assert complete(bash_script, "tune-rl search --space ppo") == ["ppo_minatar_breakout", "ppo_pendulum", "ppo_small"]
     assert complete(bash_script, "tune-rl search --space ppo_s") == ["ppo_small"]
     assert complete(bash_script, "tune-rl spaces show dq") == ["dqn_acrobot", "dqn_small"]
+    assert complete(bash_script, "tune-rl spaces show sa") == ["sac_pendulum"]
     assert {"asha", "pbt", "pb2", "median"} <= set(complete(bash_script, "tune-rl search --scheduler "))
     assert complete(bash_script, "tune-rl search --searcher op") == ["optuna"]
 

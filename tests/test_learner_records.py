@@ -65,8 +65,8 @@ def test_the_catalog_and_its_backend_record_know_the_toy(toy):
     from tune_runner.trainables.backends import OwnBackend, Trains
     from tune_runner.trainables.catalog import backend, hints, trainable_names
 
-    assert trainable_names(rllib=list)[:3] == ["ppo", "dqn", TOY]  # ours, in the order registered
-    assert [b.name for b in hints()][:3] == ["ppo", "dqn", TOY]
+    assert trainable_names(rllib=list)[:4] == ["ppo", "dqn", "sac", TOY]  # ours, in the order registered
+    assert [b.name for b in hints()][:4] == ["ppo", "dqn", "sac", TOY]
     record = backend(TOY)
     assert isinstance(record, OwnBackend) and record.kind == "own" and record.exports_policy and record.seeds
     assert record.reports == toy.reports and "episodes" in record.time_attrs
@@ -98,8 +98,10 @@ def test_the_preflight_refuses_the_toy_on_discrete_actions_and_offers_it_for_box
                                        "for discrete actions such as ppo or dqn")
     with pytest.raises(UserError) as refused:
         prepare(spec_file(tmp_path, trainable="dqn", env="Pendulum-v1"))
+    # The refusal names the first two that fit, in the order registered (sac before the toy); the toy is offered
+    # below by the preflight taking it on Pendulum
     assert re.search(r"dqn needs a Discrete action space; Pendulum-v1 has Box\(.*\); use a trainable for continuous "
-                     r"actions such as ppo or toy$", str(refused.value))
+                     r"actions such as ppo or sac$", str(refused.value))
     assert prepare(spec_file(tmp_path, trainable=TOY, env="Pendulum-v1")).backend.name == TOY
 
 

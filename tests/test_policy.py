@@ -273,5 +273,5 @@ def test_paths_that_hold_no_policy(tmp_path):
     with pytest.raises(UserError, match="this trial folder holds no checkpoint"):
         load_policy(tmp_path / "trial")
     (tmp_path / "trial" / "checkpoint_000003").mkdir()  # the oracle's kind: no learner.pkl
-    with pytest.raises(UserError, match="checkpoint_000003: not a policy .*only ppo, dqn and rllib"):
+    with pytest.raises(UserError, match="checkpoint_000003: not a policy .*only ppo, dqn, sac and rllib"):
         load_policy(tmp_path / "trial")

@@ -13,7 +13,7 @@ from tune_runner.spec.experiment import build_spec, load_spec, parse_value, ship
 def test_every_shipped_space_loads_with_a_description(name):
     spec = load_spec(name)
     assert spec.description and spec.budget_env_steps > 0 and spec.space
-    assert spec.trainable in ("ppo", "dqn", "oracle")
+    assert spec.trainable in ("ppo", "dqn", "sac", "oracle")
     shipped_envs = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MinAtar/Breakout-v1", "curriculum_corridor",
                     "masked_choice")
     assert spec.env in shipped_envs  # the last two: envs/
@@ -27,7 +27,7 @@ def test_shipped_spaces_pass_the_pre_launch_checks_on_both_backends(backend):
         if name == "oracle":  # trains nothing; no RLlib twin
             assert prepare(load_spec(name)).trainable.__name__ == "Oracle"
             continue
-        algo = load_spec(name).trainable  # ppo or dqn; the RLlib twin is rllib/PPO or rllib/DQN
+        algo = load_spec(name).trainable  # ppo, dqn or sac; the RLlib twin is rllib/PPO, rllib/DQN or rllib/SAC
         spec = load_spec(name, overrides=[f"trainable={backend}{algo.upper() if backend else algo}"])
         if backend and name == "ppo_minatar_breakout":  # bool images: RLlib's models take floats, so it is refused
             with pytest.raises(UserError, match="rllib/PPO feeds observations to RLlib's models as they come"):

@@ -7,7 +7,8 @@ The model's data folder holds `policy.json` (layer sizes and activation) and `po
 weights): a plain MLP whose argmax is the greedy action of the trial's PPO policy or DQN
 Q-network (a dueling head is folded into one linear layer when it is exported). For PPO on a
 Box action space the spec also holds `action_low`, `action_high` and `action_shape`: the MLP's
-output is the Gaussian's mean, clipped to those bounds as the env got it in training. On a MultiDiscrete
+output is the Gaussian's mean, clipped to those bounds as the env got it in training; with `action_squash`
+(SAC's tanh-squashed Gaussian) it is the mean's tanh scaled to the bounds. On a MultiDiscrete
 (or MultiBinary) action space it holds `action_nvec`, `action_shape` and `action_dtype`: the MLP's output is
 one segment of logits per number, and each number is its segment's argmax. A policy
 trained with `observation_filter: MeanStdFilter` holds `obs_mean` and `obs_var`, and each
@@ -161,6 +162,8 @@ class Policy:
         if "action_low" not in self.spec:
             return out.argmax(-1).astype(np.int64)
         low, high = (np.asarray(self.spec[key], dtype=np.float32) for key in ("action_low", "action_high"))
+        if self.spec.get("action_squash"):  # sac: tanh of the mean scaled to the bounds (ActionSpace.from_unit's ops)
+            out = low + (np.tanh(out) + 1.0) * 0.5 * (high - low)
         return np.clip(out, low, high).astype(np.float32).reshape(len(out), *self.spec["action_shape"])
 
 

@@ -1,5 +1,5 @@
-"""Our own PyTorch learners (PPO: Discrete, MultiDiscrete, MultiBinary and Box actions; DQN: Discrete) for
-gymnasium envs; no Ray inside.
+"""Our own PyTorch learners (PPO: Discrete, MultiDiscrete, MultiBinary and Box actions; DQN: Discrete; SAC: Box)
+for gymnasium envs; no Ray inside.
 
 Each learner owns a NEXT_STEP-autoreset vector env and its training loop, `train_iteration()`
 (our metric names), which samples from its own envs or from a source of rollout workers

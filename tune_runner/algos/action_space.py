@@ -63,6 +63,19 @@ class ActionSpace:
             return actions
         return np.clip(actions, self.low, self.high).astype(np.float32, copy=False)
 
+    def from_unit(self, unit: np.ndarray) -> np.ndarray:
+        """Box actions in [-1, 1] (a tanh-squashed policy's, SAC's) scaled to the bounds, as the env takes them."""
+        scaled = self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
+        return self.clip(scaled).reshape(len(unit), *self.shape)
+
+    def greedy(self, mean: np.ndarray, *, squashed: bool) -> np.ndarray:
+        """A Gaussian policy's deterministic Box action from its mean [batch, size]: tanh(mean) scaled to the
+        bounds where the policy squashes (SAC), else the mean clipped (PPO); in the space's shape. The exported
+        policy (tune_runner/tune_rl_policy.py) computes the same."""
+        if squashed:
+            return self.from_unit(np.tanh(mean))
+        return self.clip(mean).reshape(len(mean), *self.shape)
+
     def for_env(self, actions: np.ndarray) -> np.ndarray:
         """What a gymnasium vector env's step takes: Box actions clipped, MultiDiscrete ones in the space's own
         shape and dtype; Discrete ones as they are."""

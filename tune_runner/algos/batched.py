@@ -44,11 +44,15 @@ class BatchedMLP(nn.Module):
     have no seed axis: nn.Linear's shapes and op, without a select per parameter in every pass.
     """
 
-    def __init__(self, nets: Sequence[nn.Sequential], stacked: Sequence[torch.Tensor] | None = None) -> None:
+    def __init__(self, nets: Sequence[nn.Sequential], stacked: Sequence[torch.Tensor] | None = None, *,
+                 seed_axis: bool = False) -> None:
         """K sequentials; or, with `stacked`, one sequential for the layout and each of its parameters for all K
-        seeds, [K, ...] in its order (`orthogonal_mlps`: no K modules to build)."""
+        seeds, [K, ...] in its order (`orthogonal_mlps`: no K modules to build). `seed_axis`: one seed's parameters
+        keep the seed axis and run baddbmm as K seeds' do, so a seed computes the same bits alone as beside others
+        (SAC's policy: the actions it stores and the env's path follow them)."""
         super().__init__()
         self.num_seeds = len(nets) if stacked is None else len(stacked[0])
+        self.stacked = self.num_seeds > 1 or seed_axis
         ops: list[int | nn.Module] = []  # an int: the Linear layer with that number; else applied as is
         self.keys: list[str] = []  # the one-seed state-dict key of each parameter
         params = []
@@ -58,9 +62,9 @@ class BatchedMLP(nn.Module):
                 for name in ("weight", "bias"):
                     if stacked is None:
                         tensors = [getattr(net[index], name).detach() for net in nets]
-                        value = torch.stack(tensors) if len(nets) > 1 else tensors[0].clone()
+                        value = torch.stack(tensors) if self.stacked else tensors[0].clone()
                     else:
-                        value = stacked[len(params)] if self.num_seeds > 1 else stacked[len(params)][0].clone()
+                        value = stacked[len(params)] if self.stacked else stacked[len(params)][0].clone()
                     params.append(nn.Parameter(value))
                     self.keys.append(f"{index}.{name}")
             elif any(True for _ in module.parameters()):
@@ -79,7 +83,7 @@ class BatchedMLP(nn.Module):
         self._tanh_width = min(p.shape[-1] for p in params[1:-2:2]) if tanh_mlp else 0
 
     def _linear(self, weight: nn.Parameter, bias: nn.Parameter) -> Callable[[torch.Tensor], torch.Tensor]:
-        if self.num_seeds == 1:  # nn.Linear's own op on 2-D tensors, as the one-seed learner always ran
+        if not self.stacked:  # nn.Linear's own op on 2-D tensors, as the one-seed learner always ran
             return lambda x: F.linear(x, weight, bias)
         return lambda x: torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
@@ -87,31 +91,37 @@ class BatchedMLP(nn.Module):
         """[K, batch, in] -> [K, batch, out]; one seed also takes [batch, in] -> [batch, out]."""
         if self._tanh_width and tanh_mlp_fits(x, self._tanh_width):
             return TanhMLP.apply(x, *self.params)
-        with_axis = self.num_seeds > 1 or x.dim() == 3
-        if self.num_seeds == 1 and with_axis:
+        if self.stacked:
+            x = x if x.dim() == 3 else x.unsqueeze(0)  # one seed's [batch, in] (stacked: with the seed axis)
+            for step in self._steps:
+                x = step(x)
+            return x
+        with_axis = x.dim() == 3
+        if with_axis:
             x = x[0]
         for step in self._steps:
             x = step(x)
-        return x.unsqueeze(0) if self.num_seeds == 1 and with_axis else x
+        return x.unsqueeze(0) if with_axis else x
 
     def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(what the last layer gets, the output), each shaped as `forward`'s output: gSDE's features and the mean."""
-        with_axis = self.num_seeds > 1 or x.dim() == 3
-        if self.num_seeds == 1 and with_axis:
+        with_axis = self.stacked or x.dim() == 3
+        if not self.stacked and with_axis:
             x = x[0]
         for step in self._steps[:-1]:
             x = step(x)
         out = self._steps[-1](x)
-        return (x.unsqueeze(0), out.unsqueeze(0)) if self.num_seeds == 1 and with_axis else (x, out)
+        return (x.unsqueeze(0), out.unsqueeze(0)) if not self.stacked and with_axis else (x, out)
 
     def seed_state(self, seed: int) -> dict[str, torch.Tensor]:
         """Seed `seed`'s weights as the state dict of one sequential (CPU copies)."""
-        return {key: seed_row(p, seed, self.num_seeds).detach().cpu().clone()
+        return {key: (p[seed] if self.stacked else p).detach().cpu().clone()
                 for key, p in zip(self.keys, self.params, strict=True)}
 
     def load_seed_state(self, seed: int, state: Mapping[str, Any]) -> None:
         """Write `seed_state`'s format into seed `seed`, in place (the optimizer's views stay)."""
-        load_into(dict(zip(self.keys, self.params, strict=True)), seed, state, num_seeds=self.num_seeds)
+        rows = {key: p[seed] if self.stacked else p for key, p in zip(self.keys, self.params, strict=True)}
+        load_into(rows, 0, state, num_seeds=1)
 
 
 def orthogonal_mlps(seeds: Sequence[int], nets: Sequence[tuple[nn.Sequential, float]], *,

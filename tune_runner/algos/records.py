@@ -125,3 +125,9 @@ register_learner(LearnerRecord(
     reports=("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "qf_loss", "td_error_mean",
              "epsilon", "lr", "sps", "task"),
     action_spaces=ACTION_SPACES, replay=True))
+register_learner(LearnerRecord(
+    name="sac", config="tune_runner.algos.sac_config:SACConfig", learner="tune_runner.algos.sac:SAC",
+    acting="tune_runner.algos.sac_networks:SACActing", policy_key="pi",
+    reports=("episode_return_mean", "episode_len_mean", "episodes", "env_steps", "qf_loss", "policy_loss",
+             "alpha_loss", "entropy", "alpha", "lr", "sps", "task"),
+    action_spaces=("Box",), replay=True))

@@ -86,13 +86,15 @@ class Policy:
 
 class OwnPolicy(Policy):
     """The acting network of our ppo (policy logits) or dqn (Q-values), argmax over the allowed actions; for
-    ppo on Box actions the Gaussian's mean, clipped to the bounds as the env got it in training; on
+    ppo on Box actions the Gaussian's mean, clipped to the bounds as the env got it in training (sac: tanh of
+    the mean scaled to the bounds); on
     MultiDiscrete (or MultiBinary) actions the argmax of each number's logits, in the space's shape."""
 
     def __init__(self, net: torch.nn.Module, *, obs_dim: int, actions: ActionSpace | None = None,
-                 obs_stats: Mapping[str, Any] | None = None, **about: Any) -> None:
+                 obs_stats: Mapping[str, Any] | None = None, squashed: bool = False, **about: Any) -> None:
         super().__init__(**about)
         self.net, self.obs_dim, self.actions, self.obs_stats = net.eval(), obs_dim, actions, obs_stats
+        self.squashed = squashed  # sac: the Box action is tanh(mean) scaled to the bounds
 
     @property
     def box(self) -> ActionSpace | None:
@@ -110,8 +112,7 @@ class OwnPolicy(Policy):
         if self.obs_stats is not None:  # observation_filter: MeanStdFilter, with the statistics it was saved with
             obs = normalized(obs, self.obs_stats["mean"], self.obs_stats["var"])
         if self.box is not None:
-            mean = self.net(to_tensor(obs, cpu)).numpy()
-            return self.box.clip(mean).reshape(len(mean), *self.box.shape)
+            return self.box.greedy(self.net(to_tensor(obs, cpu)).numpy(), squashed=self.squashed)
         logits = masked_logits(self.net(to_tensor(obs, cpu)), None if mask is None else to_tensor(mask, cpu))
         if self.actions is not None:  # MultiDiscrete
             return self.actions.for_env(segments_argmax(logits, self.actions.nvec).numpy())
@@ -242,20 +243,25 @@ def _own(checkpoint: Path, *, member: str | None = None) -> OwnPolicy:
                         f"folder's config beside them: pass the checkpoint inside its trial folder")
     state = checkpoints.learner_state(checkpoint, fix="damaged or cut short: pass another of the trial's "
                                       "checkpoint_NNNNNN folders", member=member)
-    learner = _agent_name(checkpoint) or _learner_of(state)
+    learner = _agent_name(checkpoint) or _learner_of(state, trial=checkpoint.parent.name)
     # A registered model or our CNN (image observations): the learner rebuilds its networks.
     if learner not in LEARNERS or config.get("model", "mlp") != "mlp" or uses_cnn(state):
         return _learner_policy(learner, state=state, config=config, checkpoint=checkpoint)
     net, obs_dim = own_network(learner, state=state, config=config, where=checkpoint)
     return OwnPolicy(net, obs_dim=obs_dim, actions=saved_actions(state, where=checkpoint),
-                     obs_stats=state.get("obs_filter"), env_id=config["env"],
-                     env_config=env_config_of(config), kind=learner, checkpoint=checkpoint)
+                     obs_stats=state.get("obs_filter"),
+                     squashed=bool((state.get("action_space") or {}).get("squashed")),
+                     env_id=config["env"], env_config=env_config_of(config), kind=learner, checkpoint=checkpoint)
 
 
-def _learner_of(state: Mapping[str, Any]) -> str:
-    """Which of our learners wrote a state, for a checkpoint without its experiment's spec: the first whose acting
-    network is in it (the last one's, to be named in the error, when none is)."""
+def _learner_of(state: Mapping[str, Any], *, trial: str = "") -> str:
+    """Which of our learners wrote a state, for a checkpoint without its experiment's spec: the one whose Ray Tune
+    class names the trial folder (OwnSAC_Pendulum-v1_00000), else the first whose acting network is in it (ppo and
+    sac both call theirs `pi`), else the last one's, to be named in the error."""
     names = ours()
+    named = [name for name in names if trial.startswith(f"{LEARNERS.get(name).trainable_name}_")]
+    if named and LEARNERS.get(named[0]).policy_key in state:
+        return named[0]
     return next((name for name in names if LEARNERS.get(name).policy_key in state), names[-1])
 
 

@@ -89,6 +89,8 @@ def save_policy(checkpoint: Path, *, learner: str, config: dict[str, Any], folde
     elif actions:
         extra.update(action_low=np.asarray(actions["low"]).tolist(), action_high=np.asarray(actions["high"]).tolist(),
                      action_shape=list(actions["shape"]))
+        if actions.get("squashed"):  # sac: tanh of the mean, scaled to the bounds
+            extra["action_squash"] = True
     if state.get("obs_filter") is not None:  # observation_filter: MeanStdFilter's statistics, as trained
         extra.update(obs_mean=np.asarray(state["obs_filter"]["mean"]).tolist(),
                        obs_var=np.asarray(state["obs_filter"]["var"]).tolist())

@@ -211,8 +211,9 @@ def space_problem(trainable: str, env: str, needs: Trains, spaces: Spaces) -> st
                 f"drop the env's action_mask or give it a Discrete action space")
     box = observation_box(spaces.observation)
     if needs.float_observations and box is not None and not np.issubdtype(box.dtype, np.floating):
+        fits = [name for name in ours() if kind_accepts(learner_record(name).action_spaces, spaces.action)]
         return (f"{trainable} feeds observations to RLlib's models as they come, and those take floats; {env} has "
-                f"{box.dtype} observations of shape {box.shape}; use {' or '.join(ours())} (ours read them as floats), "
+                f"{box.dtype} observations of shape {box.shape}; use {' or '.join(fits)} (ours read them as floats), "
                 f"or register a wrapped env that gives float32 ones (gymnasium.wrappers.DtypeObservation)")
     if needs.from_zero and kind_accepts(("Discrete", "MultiDiscrete"), spaces.action) \
             and any(int(n) for n in np.ravel(spaces.action.start)):
