@@ -168,7 +168,7 @@ class ExperimentSpec:
             "name": self.name, "source": self.source, "source_sha256": self.source_sha256,
             "description": self.description, "trainable": self.trainable, "env": self.env,
             # a searched env_config key is each trial's own: the saved spec names it once, in space (spec/places.py)
-            "env_config": {k: v for k, v in self.env_config.items() if f"env_config.{k}" not in self.searched},
+            "env_config": {k: v for k, v in self.env_config.items() if reserved.PREFIX + k not in self.searched},
             "metric": self.metric, "mode": self.mode,
             "budget": {"env_steps": self.budget_env_steps}, "stop_at": self.stop_at,
             "searcher": {"name": self.searcher.name, **self.searcher.settings},
