@@ -30,16 +30,15 @@ import numpy as np
 import torch
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import Rngs, scheduled, to_tensor
+from tune_runner.algos.common import scheduled, to_tensor
 from tune_runner.algos.config import DQNConfig
 from tune_runner.algos.distributions import masked_logits
-from tune_runner.algos.env_backend import make_seed_envs
 from tune_runner.algos.learner import Replay, SeedLearnerBase
 from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.qnetwork import QNetwork, dqn_targets, q_networks, td_loss
 from tune_runner.algos.replay import NStepAccumulator, SeedReplay
-from tune_runner.algos.seeds import SeedStats, derived_seeds, seed_metrics
+from tune_runner.algos.seeds import SeedStats, seed_metrics
 
 __all__ = ["DQN", "QNetwork", "dqn_targets"]  # QNetwork and dqn_targets live in qnetwork; imported from here too
 LOSSES = ("qf_loss", "td_error_mean")
@@ -101,16 +100,11 @@ class DQN(SeedLearnerBase):
     def __init__(self, config: DQNConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
-        self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
-                                        num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
-                                        vectorize_mode=config.gym_env_vectorize_mode,
-                                        processes=config.num_env_processes or 1)
+        env = self._seed_envs(config, env_id, env_config)
         if env.actions.kind != "Discrete":
             env.close()
             got = f"a {env.actions.kind} of {env.actions.size if env.continuous else len(env.nvec)} number(s)"
             raise ValueError(f"{env_id}: DQN needs a Discrete action space starting at 0, got {got}; use ppo")
-        self.rngs = [Rngs(seed) for seed in self.seeds]
         self.q, self.target = q_networks(config, obs_dim=env.obs_dim, num_actions=env.num_actions, seeds=self.seeds,
                                          device=self.device, obs_shape=env.obs_shape, obs_dtype=env.obs_dtype)
         self.optimizer = SeedAdam(self.q.parameters(), num_seeds=self.num_seeds, lr=scheduled(config.lr, 0))

@@ -139,6 +139,21 @@ class SeedLearnerBase(LearnerBase):
 
     networks: tuple[str, ...] = ()
     """Attribute names of the batched networks (BatchedMLP / StackedModule), which are also their state keys."""
+
+    def _seed_envs(self, config: Any, env_id: str, env_config: Mapping[str, Any] | None) -> Any:
+        """Set this learner's `seeds` (derived_seeds of config.seed), their vector envs `env` (make_seed_envs, as the
+        config's env settings ask, on `device`) and one `rngs` per seed; the envs."""
+        from tune_runner.algos.common import Rngs
+        from tune_runner.algos.env_backend import make_seed_envs
+        from tune_runner.algos.seeds import derived_seeds
+
+        self.seeds = derived_seeds(config.seed, config.num_seeds)
+        self.env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
+                                  num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
+                                  vectorize_mode=config.gym_env_vectorize_mode,
+                                  processes=config.num_env_processes or 1)
+        self.rngs = [Rngs(seed) for seed in self.seeds]
+        return self.env
     seeds: list[int]
     rngs: list[Any]
     env: Any

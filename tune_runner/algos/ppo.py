@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import Rngs, keep_freed_memory, mlp, scheduled, to_tensor
+from tune_runner.algos.common import keep_freed_memory, mlp, scheduled, to_tensor
 from tune_runner.algos.config import PPOConfig
 from tune_runner.algos.distributions import (
     gaussian_entropy,
@@ -51,7 +51,6 @@ from tune_runner.algos.distributions import (
     segments_gather,
     segments_log_softmax,
 )
-from tune_runner.algos.env_backend import make_seed_envs
 from tune_runner.algos.learner import Sampler, SeedLearnerBase
 from tune_runner.algos.learner_envs import split_obs
 from tune_runner.algos.networks import BUILT_IN, build_model, image_model
@@ -60,7 +59,7 @@ from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.ppo_loss import LOSSES, ppo_losses
 from tune_runner.algos.rollout import compute_gae, merge_rollouts, rollout_arrays
 from tune_runner.algos.seed_streams import CounterStreams, SeedNoise, minibatch_plan
-from tune_runner.algos.seeds import SeedStats, by_seed, derived_seeds, seed_metrics, standardized
+from tune_runner.algos.seeds import SeedStats, by_seed, seed_metrics, standardized
 from tune_runner.algos.spaces import PPO_ACTION_SPACES
 
 
@@ -82,12 +81,7 @@ class PPO(SeedLearnerBase):
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
         if self.device.type == "cpu":
             keep_freed_memory()  # K seeds' activations are megabytes: reuse them, do not fault them in anew
-        self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
-                                  num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
-                                  vectorize_mode=config.gym_env_vectorize_mode,
-                                  processes=config.num_env_processes or 1)
-        self.rngs = [Rngs(seed) for seed in self.seeds]
+        self._seed_envs(config, env_id, env_config)
         self.streams = CounterStreams(self.seeds, self.device)
         self.noise = SeedNoise([rngs.torch for rngs in self.rngs], self.streams, self.device)
         self.pi, self.vf = self._networks()

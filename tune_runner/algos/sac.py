@@ -32,15 +32,14 @@ import numpy as np
 import torch
 
 from tune_runner.algos import batched
-from tune_runner.algos.common import Rngs, mlp, scheduled, to_tensor
-from tune_runner.algos.env_backend import make_seed_envs
+from tune_runner.algos.common import mlp, scheduled, to_tensor
 from tune_runner.algos.learner import SeedLearnerBase
 from tune_runner.algos.normalize import ObsFilter, normalized
 from tune_runner.algos.optim import SeedAdam
 from tune_runner.algos.replay import SeedReplay
 from tune_runner.algos.sac_config import SACConfig
 from tune_runner.algos.sac_networks import SACOptimizers, TwinQ, rehomed, squashed_sample
-from tune_runner.algos.seeds import SeedStats, derived_seeds, seed_metrics
+from tune_runner.algos.seeds import SeedStats, seed_metrics
 
 LOSSES = ("qf_loss", "policy_loss", "alpha_loss", "entropy")
 ITERATION_ENV_STEPS = 1000  # env steps per seed an iteration samples, at least one vector step
@@ -56,18 +55,13 @@ class SAC(SeedLearnerBase):
     def __init__(self, config: SACConfig, *, env_id: str, env_config: Mapping[str, Any] | None = None,
                  device: str = "cpu") -> None:
         self.config, self.env_id, self.env_config, self.device = config, env_id, env_config, torch.device(device)
-        self.seeds = derived_seeds(config.seed, config.num_seeds)
-        self.env = env = make_seed_envs(env_id, env_config=env_config, seeds=self.seeds, device=self.device,
-                                        num_envs=config.num_envs_per_env_runner, backend=config.env_backend,
-                                        vectorize_mode=config.gym_env_vectorize_mode,
-                                        processes=config.num_env_processes or 1)
+        env = self._seed_envs(config, env_id, env_config)
         actions = env.actions
         if not actions.continuous or not (np.isfinite(actions.low).all() and np.isfinite(actions.high).all()):
             env.close()
             raise ValueError(f"{env_id}: SAC needs a Box action space with finite bounds, got a {actions.kind} one "
                              f"{'of unbounded numbers' if actions.continuous else ''}; use ppo"
                              f"{'' if actions.continuous else ' or dqn'}")
-        self.rngs = [Rngs(seed) for seed in self.seeds]
         self.action_dim, self.obs_dim = env.num_actions, env.obs_dim
         self.pi, self.q, self.q_target = self._networks()
         start = torch.full((1,), math.log(config.initial_alpha), device=self.device)
