@@ -210,7 +210,7 @@ class MlflowTracking(Callback):
         turnover = self._members.setdefault(trial.trial_id, Turnover())
         started, ended = turnover.update(result, ending=self.ending)
         for member in ended:
-            self._end_member(member, *self._status_of(member))
+            self._end_member(member, *self._status_of(member.last))
         for member in started:
             self.unsettled.pop(member.id, None)
             self._start_member(trial, member)
@@ -218,8 +218,9 @@ class MlflowTracking(Callback):
             own = {**member.last, "training_iteration": member.reports}  # its own reports, as a trial's count
             self._queue(member.id, metrics_of(own, step=int(member.last.get("env_steps", step)), now_ms=now_ms))
 
-    def _status_of(self, member: Member) -> tuple[str, str]:
-        ending = self.ending(member.last)
+    def _status_of(self, last: dict) -> tuple[str, str]:
+        """How a member whose last metrics are `last` ended: its tune_rl.status and MLflow status."""
+        ending = self.ending(last)
         return ("stopped_early" if ending == "stopped_early" else "terminated"), "FINISHED"
 
     def _start_member(self, trial: Any, member: Member) -> None:
@@ -266,10 +267,10 @@ class MlflowTracking(Callback):
 
     def _end_unsettled(self, member: str) -> None:
         run_id = self.member_runs[member]
-        ending = self.ending(dict(self.mlflow.get_run(run_id).data.metrics))
+        status = self._status_of(dict(self.mlflow.get_run(run_id).data.metrics))
         self.mlflow.set_tag(run_id, "tune_rl.note", "not trained after the search was resumed: its trial went "
                                                     "back to a checkpoint from before it")
-        self._end_run(member, "stopped_early" if ending == "stopped_early" else "terminated", "FINISHED", "")
+        self._end_run(member, *status, "")
 
     def _end_members(self, trial_id: str, *, error: str | None = None) -> None:
         """A population trial's live members end with it: as their last rows say, or errored with it."""
@@ -278,7 +279,7 @@ class MlflowTracking(Callback):
             return
         for member in turnover.end_all(ending=self.ending):
             if error is None:
-                self._end_member(member, *self._status_of(member))
+                self._end_member(member, *self._status_of(member.last))
             else:
                 self._end_member(member, "errored", "FAILED", error)
 
